@@ -1,0 +1,21 @@
+"""Turn a plain, self-contained function into a KFP lightweight component on our image."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kfp import dsl
+from kfp.dsl.python_component import PythonComponent
+
+from components import DEFAULT_IMAGE
+
+
+def make_component(func: Callable, *, image: str = DEFAULT_IMAGE) -> PythonComponent:
+    """Build the component of ``func`` to run on ``image``.
+
+    The image already has kfp and this package installed, so nothing is pip-installed at run time
+    (``install_kfp_package=False``); that also keeps ``kfp.local`` runs from touching the venv.
+    """
+    if not image or any(c.isspace() for c in image):
+        raise ValueError(f"image={image!r} is not a container image reference; e.g. {DEFAULT_IMAGE}")
+    return dsl.component(func, base_image=image, install_kfp_package=False)

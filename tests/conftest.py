@@ -1,0 +1,17 @@
+"""Fixtures shared by every test area. Area-specific fixtures live in tests/<area>/conftest.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.image_data import write_image_folder
+
+SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+@pytest.fixture
+def image_folder(tmp_path: Path) -> Path:
+    """A tiny 3-class ImageFolder with train/ and val/ splits of 16x16 PNGs."""
+    return write_image_folder(tmp_path / "data")
