@@ -15,3 +15,12 @@ SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
 def image_folder(tmp_path: Path) -> Path:
     """A tiny 3-class ImageFolder with train/ and val/ splits of 16x16 PNGs."""
     return write_image_folder(tmp_path / "data")
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A running LocalS3Server (SeaweedFS on 127.0.0.1, free ports, enforced key pair)."""
+    from components.s3_sync.local_server import LocalS3Server
+
+    with LocalS3Server() as server:
+        yield server

@@ -1,0 +1,84 @@
+"""CLI: ``python -m components.s3_sync SOURCE DEST [--endpoint-url URL] [--include GLOB]...
+[--exclude GLOB]... [--delete] [--dry-run]``.
+
+Prints one summary line on stdout and exits 0; on failure prints one ``error:`` line on stderr
+and exits 1 (2 for bad arguments, 130 on Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m components.s3_sync",
+        description="Sync s3://bucket/prefix <-> a local folder (incremental, verified, atomic).",
+    )
+    p.add_argument("source", help="s3://bucket/prefix or a local folder")
+    p.add_argument("destination", help="a local folder or s3://bucket/prefix")
+    p.add_argument(
+        "--endpoint-url",
+        default=None,
+        help="S3 endpoint (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / AWS config / AWS)",
+    )
+    p.add_argument("--include", action="append", default=[], metavar="GLOB")
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB")
+    p.add_argument("--delete", action="store_true", help="remove destination files not in source")
+    p.add_argument("--dry-run", action="store_true", help="show what would change; change nothing")
+    p.add_argument("--region", default=None)
+    p.add_argument("--addressing-style", choices=("auto", "path", "virtual"), default=None)
+    p.add_argument("--max-concurrency", type=int, default=32)
+    p.add_argument("--engine", choices=("auto", "crt", "classic"), default="auto")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(message)s",
+        stream=sys.stderr,
+    )
+    # botocore/urllib3 debug logs could carry request headers; keep them quiet.
+    for noisy in ("botocore", "boto3", "s3transfer", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from components.s3_sync.core import SyncOptions, run_sync
+    from components.s3_sync.transport import S3SyncError
+
+    try:
+        options = SyncOptions(
+            source=args.source,
+            destination=args.destination,
+            endpoint_url=args.endpoint_url,
+            include=args.include,
+            exclude=args.exclude,
+            delete=args.delete,
+            dry_run=args.dry_run,
+            region=args.region,
+            addressing_style=args.addressing_style,
+            max_concurrency=args.max_concurrency,
+            progress=False if args.quiet else None,
+            engine=args.engine,
+        )
+        report = run_sync(options)
+    except S3SyncError as exc:
+        print(f"s3-sync: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("s3-sync: interrupted; re-run to complete the sync", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    else:
+        print(f"s3-sync: {report.summary()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

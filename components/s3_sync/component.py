@@ -1,0 +1,74 @@
+"""KFP component for the S3 sync: thin wrapper around ``components.s3_sync.sync()``.
+
+Credentials are never parameters: the step reads them from its environment, which a pipeline
+fills from a Kubernetes Secret with :func:`use_s3_credentials`.
+"""
+
+# No `from __future__ import annotations` here: KFP reads the real types of the signature.
+from kfp import dsl
+from kfp.dsl import Dataset, Output
+
+from components import DEFAULT_IMAGE
+from components.kfp_component import make_component
+
+SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+"""Keys of the Kubernetes Secret that :func:`use_s3_credentials` exposes as env vars."""
+
+
+def s3_sync_component(
+    source: str,
+    destination: str,
+    endpoint_url: str,
+    include: list,
+    exclude: list,
+    delete: bool,
+    dataset: Output[Dataset],
+) -> str:
+    """Sync ``source`` to ``destination`` (s3://bucket/prefix <-> a folder); returns the digest.
+
+    ``endpoint_url`` "" means the standard AWS env/config. The Dataset artifact's metadata holds
+    source, destination, files, bytes, digest and transferred (its URI points at the local side).
+    """
+    from components.s3_sync import sync
+
+    report = sync(
+        source,
+        destination,
+        endpoint_url=endpoint_url or None,
+        include=list(include or []),
+        exclude=list(exclude or []),
+        delete=bool(delete),
+        progress=False,
+    )
+    dataset.metadata.update(
+        {
+            "source": source,
+            "destination": destination,
+            "files": report.files,
+            "bytes": report.bytes_total,
+            "digest": report.digest,
+            "transferred": report.transferred,
+            "skipped": report.skipped,
+            "deleted": report.deleted,
+            "refused": len(report.refused),
+            "seconds": round(report.seconds, 3),
+        }
+    )
+    print(f"s3-sync: {report.summary()}")
+    return report.digest
+
+
+def make_s3_sync_op(image: str = DEFAULT_IMAGE):
+    """The S3 sync component, running on ``image``."""
+    return make_component(s3_sync_component, image=image)
+
+
+def use_s3_credentials(task: dsl.PipelineTask, secret_name: str) -> dsl.PipelineTask:
+    """Give ``task`` the Secret's AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY as env vars."""
+    from kfp import kubernetes
+
+    if not secret_name:
+        raise ValueError("secret_name='' : name the Kubernetes Secret that holds the S3 keys")
+    return kubernetes.use_secret_as_env(
+        task, secret_name=secret_name, secret_key_to_env={k: k for k in SECRET_KEYS}
+    )

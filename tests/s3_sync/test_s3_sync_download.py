@@ -1,0 +1,202 @@
+"""S3 → local folder against a real SeaweedFS: incremental, verified, filters, delete, digest."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pytest
+from boto3.s3.transfer import TransferConfig
+
+from components.s3_sync import S3SyncError, SyncReport, sync
+from components.s3_sync.core import state_path
+from tests.s3_sync.s3_helpers import CountingProxy, put_objects, read_tree
+
+
+@pytest.fixture
+def seeded(s3_env, bucket):
+    client = s3_env.client()
+    objects = {
+        "data/train/cat/1.png": b"cat-one",
+        "data/train/cat/2.png": b"cat-two-bytes",
+        "data/train/dog/1.png": b"dog" * 100,
+        "data/val/dog/9.png": b"v",
+        "data/empty.bin": b"",
+        "data/notes.tmp": b"scratch",
+        "other/outside-prefix.txt": b"not under data/",
+    }
+    put_objects(client, bucket, objects)
+    return client, bucket, objects
+
+
+def test_download_copies_prefix_and_reports(seeded, tmp_path):
+    client, bucket, objects = seeded
+    report = sync(f"s3://{bucket}/data", tmp_path / "out")
+    assert isinstance(report, SyncReport)
+    want = {k[len("data/") :]: v for k, v in objects.items() if k.startswith("data/")}
+    assert read_tree(tmp_path / "out") == want
+    assert (report.transferred, report.skipped, report.deleted, report.refused) == (6, 0, 0, [])
+    assert report.files == 6 and report.bytes_total == sum(len(v) for v in want.values())
+    assert report.bytes_transferred == report.bytes_total
+    assert len(report.digest) == 64 and report.to_dict()["digest"] == report.digest
+    # no temp or state file is visible as data
+    assert not [p for p in (tmp_path / "out").rglob(".*s3sync*") if p.name.endswith(".tmp")]
+
+
+def test_noop_resync_lists_once_and_transfers_nothing(seeded, tmp_path, s3_env):
+    _, bucket, _ = seeded
+    first = sync(f"s3://{bucket}/data/", tmp_path)
+    with CountingProxy(s3_env.endpoint_url) as proxy:
+        again = sync(f"s3://{bucket}/data/", tmp_path, endpoint_url=proxy.endpoint_url)
+    assert again.transferred == 0 and again.skipped == first.files == 6
+    assert again.digest == first.digest
+    assert proxy.counts["LIST"] == 1
+    assert {k: v for k, v in proxy.counts.items() if k != "LIST"} == {}
+
+
+def test_files_present_without_state_are_hashed_not_fetched(seeded, tmp_path, s3_env):
+    _, bucket, _ = seeded
+    sync(f"s3://{bucket}/data/", tmp_path)
+    state_path(tmp_path).unlink()
+    with CountingProxy(s3_env.endpoint_url) as proxy:
+        again = sync(f"s3://{bucket}/data/", tmp_path, endpoint_url=proxy.endpoint_url)
+    assert again.transferred == 0 and again.skipped == 6
+    assert set(proxy.counts) == {"LIST"}
+
+
+def test_changed_object_and_changed_local_file_are_refetched(seeded, tmp_path):
+    client, bucket, _ = seeded
+    first = sync(f"s3://{bucket}/data", tmp_path)
+    # same size, new content: only the ETag tells
+    client.put_object(Bucket=bucket, Key="data/train/cat/1.png", Body=b"CAT-ONE")
+    second = sync(f"s3://{bucket}/data", tmp_path)
+    assert second.transferred == 1 and second.skipped == 5
+    assert (tmp_path / "train/cat/1.png").read_bytes() == b"CAT-ONE"
+    assert second.digest != first.digest
+    # a local edit (same size) is repaired from S3
+    (tmp_path / "train/dog/1.png").write_bytes(b"DOG" * 100)
+    third = sync(f"s3://{bucket}/data", tmp_path)
+    assert third.transferred == 1
+    assert (tmp_path / "train/dog/1.png").read_bytes() == b"dog" * 100
+    assert third.digest == second.digest
+
+
+def test_digest_is_stable_and_tracks_data(seeded, tmp_path):
+    client, bucket, _ = seeded
+    a = sync(f"s3://{bucket}/data", tmp_path / "a", dry_run=True)
+    b = sync(f"s3://{bucket}/data", tmp_path / "b")
+    assert a.digest == b.digest
+    client.put_object(Bucket=bucket, Key="data/new.png", Body=b"n")
+    c = sync(f"s3://{bucket}/data", tmp_path / "b")
+    assert c.digest != b.digest and c.transferred == 1
+    client.delete_object(Bucket=bucket, Key="data/new.png")
+    d = sync(f"s3://{bucket}/data", tmp_path / "b")
+    assert d.digest == b.digest
+
+
+def test_include_exclude(seeded, tmp_path):
+    _, bucket, _ = seeded
+    report = sync(f"s3://{bucket}/data", tmp_path, include=["*.png"], exclude=["val/*"])
+    assert sorted(read_tree(tmp_path)) == ["train/cat/1.png", "train/cat/2.png", "train/dog/1.png"]
+    assert report.files == 3
+    only_tmp_excluded = sync(f"s3://{bucket}/data", tmp_path / "x", exclude=["*.tmp"])
+    assert "notes.tmp" not in read_tree(tmp_path / "x") and only_tmp_excluded.files == 5
+
+
+def test_delete_removes_only_extra_files_inside_destination(seeded, tmp_path):
+    _, bucket, _ = seeded
+    dest = tmp_path / "dest"
+    sync(f"s3://{bucket}/data", dest)
+    (dest / "stale.txt").write_text("old")
+    (dest / "train/cat/stale.png").write_text("old")
+    (dest / "keep.tmp").write_text("excluded, so kept")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("never touched")
+    dry = sync(f"s3://{bucket}/data", dest, delete=True, exclude=["keep.tmp"], dry_run=True)
+    assert dry.deleted == 2 and (dest / "stale.txt").exists()
+    report = sync(f"s3://{bucket}/data", dest, delete=True, exclude=["keep.tmp"])
+    assert report.deleted == 2
+    assert not (dest / "stale.txt").exists() and not (dest / "train/cat/stale.png").exists()
+    assert (dest / "keep.tmp").exists() and outside.read_text() == "never touched"
+    # without --delete nothing is removed
+    (dest / "again.txt").write_text("x")
+    assert sync(f"s3://{bucket}/data", dest).deleted == 0 and (dest / "again.txt").exists()
+
+
+def test_dry_run_changes_nothing(seeded, tmp_path):
+    _, bucket, _ = seeded
+    report = sync(f"s3://{bucket}/data", tmp_path / "d", dry_run=True)
+    assert report.dry_run and report.transferred == 6 and report.bytes_transferred > 0
+    assert not (tmp_path / "d").exists()
+
+
+def test_folder_markers_empty_unicode_space_keys_and_paging(s3_env, bucket, tmp_path):
+    client = s3_env.client()
+    objects = {f"many/{i:04d}.txt": str(i).encode() for i in range(1105)}
+    objects.update(
+        {
+            "many/folder/": b"",
+            "many/empty-dir/": b"",
+            "many/zero.bin": b"",
+            "many/ünïcödé/日本語 file.txt": "unicode ✓".encode(),
+            "many/with space/a b+c%20d.txt": b"spaces",
+            "many/" + "é" * 120 + ".txt": b"a 244-byte file name",  # temp name must still fit
+        }
+    )
+    put_objects(client, bucket, objects)
+    report = sync(f"s3://{bucket}/many", tmp_path)
+    assert report.files == len(objects) and report.refused == []
+    tree = read_tree(tmp_path)
+    assert len(tree) == 1105 + 4
+    assert tree["é" * 120 + ".txt"] == b"a 244-byte file name"
+    assert tree["ünïcödé/日本語 file.txt"] == "unicode ✓".encode()
+    assert tree["with space/a b+c%20d.txt"] == b"spaces" and tree["zero.bin"] == b""
+    assert (tmp_path / "folder").is_dir() and (tmp_path / "empty-dir").is_dir()
+    assert sync(f"s3://{bucket}/many", tmp_path).transferred == 0
+
+
+def test_multipart_object_is_verified_and_stale_temps_cleaned(s3_env, bucket, tmp_path):
+    client = s3_env.client()
+    data = os.urandom(21 * 1024 * 1024 + 123)
+    config = TransferConfig(multipart_threshold=5 * 2**20, multipart_chunksize=5 * 2**20)
+    client.upload_fileobj(io.BytesIO(data), bucket, "big/blob.bin", Config=config)
+    assert client.head_object(Bucket=bucket, Key="big/blob.bin")["ETag"].endswith('-5"')
+    stale = tmp_path / ".blob.bin.s3sync-0123abcd.tmp"
+    tmp_path.mkdir(exist_ok=True)
+    stale.write_bytes(b"partial")
+    assert sync(f"s3://{bucket}/big", tmp_path, dry_run=True).transferred == 1
+    assert stale.exists()  # a dry run changes nothing, not even leftovers
+    report = sync(f"s3://{bucket}/big", tmp_path)
+    assert report.transferred == 1
+    assert (tmp_path / "blob.bin").read_bytes() == data
+    assert not stale.exists()
+    assert sync(f"s3://{bucket}/big", tmp_path).transferred == 0
+
+
+@pytest.mark.parametrize("engine", ["classic", "crt"])
+def test_both_engines_download_and_verify(seeded, tmp_path, engine):
+    _, bucket, objects = seeded
+    report = sync(f"s3://{bucket}/data", tmp_path, engine=engine, max_concurrency=4)
+    assert report.engine == engine and report.transferred == 6
+    assert read_tree(tmp_path)["train/dog/1.png"] == objects["data/train/dog/1.png"]
+
+
+def test_destination_that_is_a_file_is_an_error(seeded, tmp_path):
+    _, bucket, _ = seeded
+    target = tmp_path / "file"
+    target.write_text("x")
+    with pytest.raises(S3SyncError, match="not a folder"):
+        sync(f"s3://{bucket}/data", target)
+
+
+def test_custom_endpoint_by_hostname_uses_path_style(seeded, tmp_path, s3_env, monkeypatch):
+    _, bucket, _ = seeded
+    # virtual-hosted style would need DNS for <bucket>.localhost; custom endpoints get path style
+    url = s3_env.endpoint_url.replace("127.0.0.1", "localhost")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", url)
+    assert sync(f"s3://{bucket}/data", tmp_path).transferred == 6
+    report = sync(
+        f"s3://{bucket}/data", tmp_path / "v", addressing_style="path", region="eu-west-1"
+    )
+    assert report.transferred == 6
