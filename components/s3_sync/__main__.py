@@ -13,6 +13,15 @@ import logging
 import sys
 
 
+class _OrderedFilter(argparse.Action):
+    """Collect --include/--exclude into one list of (kind, glob) in command-line order."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        filters = list(getattr(namespace, self.dest) or [])
+        filters.append((option_string.lstrip("-"), values))
+        setattr(namespace, self.dest, filters)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m components.s3_sync",
@@ -25,8 +34,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="S3 endpoint (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / AWS config / AWS)",
     )
-    p.add_argument("--include", action="append", default=[], metavar="GLOB")
-    p.add_argument("--exclude", action="append", default=[], metavar="GLOB")
+    # Like `aws s3 sync`: everything is selected, then each --include/--exclude, in the order
+    # given, re-selects or drops the keys it matches (the last match wins).
+    p.add_argument(
+        "--include",
+        action=_OrderedFilter,
+        dest="filters",
+        default=[],
+        metavar="GLOB",
+        help="(re-)select keys matching GLOB; filters apply in order, the last match wins",
+    )
+    p.add_argument(
+        "--exclude",
+        action=_OrderedFilter,
+        dest="filters",
+        default=[],
+        metavar="GLOB",
+        help="drop keys matching GLOB (e.g. --exclude '*' --include '*.png' syncs only PNGs)",
+    )
     p.add_argument("--delete", action="store_true", help="remove destination files not in source")
     p.add_argument("--dry-run", action="store_true", help="show what would change; change nothing")
     p.add_argument("--region", default=None)
@@ -56,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             source=args.source,
             destination=args.destination,
             endpoint_url=args.endpoint_url,
-            include=args.include,
-            exclude=args.exclude,
+            filters=args.filters,
             delete=args.delete,
             dry_run=args.dry_run,
             region=args.region,

@@ -75,6 +75,12 @@ class SyncOptions:
     """Globs on the key relative to the prefix; if any are given only matching keys sync."""
     exclude: Sequence[str] = ()
     """Globs on the relative key; matching keys are neither transferred nor deleted."""
+    filters: Sequence[tuple[str, str]] = ()
+    """Ordered ``("include" | "exclude", glob)`` pairs with ``aws s3 sync`` semantics: every key
+    is selected to begin with, each filter that matches a key includes or excludes it, and the
+    last match wins (``exclude *`` then ``include *.png`` selects only PNGs). The CLI's
+    ``--include``/``--exclude`` flags become these, in command-line order. Not together with
+    ``include``/``exclude``."""
     delete: bool = False
     """Remove destination files/objects that are not in the source (only under the destination)."""
     dry_run: bool = False
@@ -109,9 +115,28 @@ class SyncOptions:
             raise S3SyncError(
                 f"addressing_style={self.addressing_style!r} is not one of {', '.join(_ADDRESSING)}"
             )
-        for pattern in (*self.include, *self.exclude):
+        self.filters = tuple(tuple(f) for f in self.filters)
+        if self.filters and (self.include or self.exclude):
+            raise S3SyncError(
+                "filters= (ordered, aws-style) cannot be combined with include=/exclude=; "
+                "express the includes and excludes as filters"
+            )
+        for kind, _ in self.filters:
+            if kind not in ("include", "exclude"):
+                raise S3SyncError(f"filter kind {kind!r} must be 'include' or 'exclude'")
+        for pattern in (*self.include, *self.exclude, *(g for _, g in self.filters)):
             if not isinstance(pattern, str) or not pattern:
                 raise S3SyncError(f"include/exclude pattern {pattern!r} must be a non-empty glob")
+
+    def selects(self, rel: str) -> bool:
+        """Whether the key/path ``rel`` (relative to the prefix/folder) takes part in the sync."""
+        if self.filters:
+            chosen = True
+            for kind, pattern in self.filters:
+                if fnmatch.fnmatchcase(rel, pattern):
+                    chosen = kind == "include"
+            return chosen
+        return selected(rel, self.include, self.exclude)
 
     @property
     def download(self) -> bool:
@@ -164,6 +189,7 @@ def sync(
     endpoint_url: str | None = None,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    filters: Sequence[tuple[str, str]] = (),
     delete: bool = False,
     dry_run: bool = False,
     region: str | None = None,
@@ -183,6 +209,7 @@ def sync(
         endpoint_url=endpoint_url,
         include=include,
         exclude=exclude,
+        filters=filters,
         delete=delete,
         dry_run=dry_run,
         region=region,
@@ -474,7 +501,7 @@ class _Download:
         if self.dest.exists() and not self.dest.is_dir():
             raise S3SyncError(f"destination {str(self.dest)!r} exists and is not a folder")
         listing = self.conn.list_objects(self.src)
-        objs = [ob for ob in listing if ob.rel and selected(ob.rel, o.include, o.exclude)]
+        objs = [ob for ob in listing if ob.rel and o.selects(ob.rel)]
         report.files = len(objs)
         report.bytes_total = sum(ob.size for ob in objs)
         report.digest = listing_digest((ob.rel, ob.size, ob.etag) for ob in objs)
@@ -523,9 +550,7 @@ class _Download:
         keep = set(wanted)
         to_delete = []
         if o.delete:
-            to_delete = [
-                rel for rel in local if rel not in wanted and selected(rel, o.include, o.exclude)
-            ]
+            to_delete = [rel for rel in local if rel not in wanted and o.selects(rel)]
         if o.dry_run:
             report.transferred = len(todo)
             report.bytes_transferred = sum(ob.size for ob, _ in todo)
@@ -776,8 +801,8 @@ class _Upload:
             )
         refused: list[str] = []
         local = _walk_local(self.src, follow_inside_links=True, refused=refused)
-        report.refused = [r for r in refused if selected(r, o.include, o.exclude)]
-        files = {rel: lf for rel, lf in local.items() if selected(rel, o.include, o.exclude)}
+        report.refused = [r for r in refused if o.selects(r)]
+        files = {rel: lf for rel, lf in local.items() if o.selects(rel)}
         remote = {ob.rel: ob for ob in self.conn.list_objects(self.dst)}
         state = StateCache(self.src, self.dst.uri)
         # Content id of a file = the ETag our upload gives it: MD5 below PART_SIZE, else
@@ -803,9 +828,7 @@ class _Upload:
         to_delete = []
         if o.delete:
             to_delete = [
-                ob.key
-                for rel, ob in remote.items()
-                if rel not in files and selected(rel, o.include, o.exclude)
+                ob.key for rel, ob in remote.items() if rel not in files and o.selects(rel)
             ]
         if o.dry_run:
             report.transferred = len(todo)
