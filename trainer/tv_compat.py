@@ -19,7 +19,7 @@ from types import ModuleType
 
 import torch
 
-# Schemas of the ops torchvision's own import-time code resolves (torchvision/_meta_registrations.py).
+# Schemas of the ops that torchvision's import-time code resolves (_meta_registrations.py).
 _MISSING_OP_SCHEMAS = (
     "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
     "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",

@@ -1,0 +1,82 @@
+"""Distributed identity from torchrun's, the Training Operator's, or no environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.distributed import DistEnv, dist_env_from
+from trainer.errors import ConfigError
+
+MASTER = {"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456"}
+
+
+def test_no_env_is_one_process():
+    assert dist_env_from({}) == DistEnv()
+    assert not dist_env_from({}).distributed
+
+
+def test_torchrun():
+    env = dist_env_from(
+        MASTER
+        | {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}
+        | {"PET_NPROC_PER_NODE": "4", "TORCHELASTIC_RUN_ID": "x"}
+    )
+    assert (env.rank, env.local_rank, env.world_size, env.local_world_size) == (5, 1, 8, 4)
+    assert env.launcher == "torchrun" and env.master_addr == "job-master-0"
+    assert env.master_port == 23456 and not env.is_main
+
+
+def test_operator_pod_running_the_trainer_directly():
+    env = dist_env_from(
+        MASTER
+        | {"RANK": "2", "WORLD_SIZE": "3", "PET_NNODES": "3", "PET_NODE_RANK": "2"}
+        | {"PET_NPROC_PER_NODE": "1"}
+    )
+    assert (env.rank, env.local_rank, env.world_size, env.launcher) == (2, 0, 3, "operator")
+
+
+def test_only_pet_variables():
+    env = dist_env_from(
+        {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "m", "PET_MASTER_PORT": "9"}
+    )
+    assert (env.rank, env.world_size, env.master_addr, env.master_port) == (1, 2, "m", 9)
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        (MASTER | {"RANK": "0", "WORLD_SIZE": "4", "PET_NPROC_PER_NODE": "2"}, "torchrun"),
+        ({"RANK": "0", "WORLD_SIZE": "2"}, "MASTER_ADDR/MASTER_PORT are not set"),
+        (MASTER | {"RANK": "2", "WORLD_SIZE": "2"}, "0 <= RANK < WORLD_SIZE"),
+        (MASTER | {"RANK": "zero", "WORLD_SIZE": "2"}, "RANK='zero' is not an integer"),
+    ],
+)
+def test_inconsistent_env_is_a_config_error(environ, message):
+    with pytest.raises(ConfigError, match=message):
+        dist_env_from(environ)
+
+
+def test_cpu_threads_are_shared_by_the_processes_of_one_machine():
+    from trainer.distributed import available_cpus, processes_on_this_machine
+
+    local = dist_env_from(
+        {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    )
+    assert processes_on_this_machine(local) == 2  # operator-style "pods" on one machine
+    remote = dist_env_from(MASTER | {"RANK": "1", "WORLD_SIZE": "8", "LOCAL_RANK": "1"})
+    assert processes_on_this_machine(remote) == 1
+    assert available_cpus() >= 1
+
+
+def test_trainer_imports_no_pipeline_or_cloud_packages():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, trainer.train, trainer.export, trainer.torchrun, trainer.data\n"
+        "bad = [m for m in ('kfp', 'boto3', 'botocore', 'kubernetes', 'kubeflow', 'components',"
+        " 'pipelines') if m in sys.modules]\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

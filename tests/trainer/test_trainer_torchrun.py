@@ -1,0 +1,42 @@
+"""``python -m trainer.torchrun`` keeps a SIGTERM retryable (plain torchrun exits 1)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from tests.image_data import write_image_folder
+from tests.trainer.trainer_launch import REPO, TINY, base_env
+from trainer import checkpoint as ckpt
+from trainer.torchrun import worker_exit_code
+
+
+def test_worker_exit_code_mapping():
+    assert worker_exit_code([0, 0]) == 0
+    assert worker_exit_code([143, 143]) == 143
+    assert worker_exit_code([143, 2]) == 2  # a permanent error wins
+    assert worker_exit_code([0, -9]) == 137  # killed (e.g. OOM): retryable
+
+
+def test_sigterm_to_torchrun_exits_143_after_a_checkpoint(tmp_path):
+    data = write_image_folder(tmp_path / "data")
+    out = tmp_path / "out"
+    args = ["--data-dir", data, "--output-dir", out, *TINY, "--batch-size", "2"]
+    args += ["--epochs", "500", "--checkpoint-every-steps", "0"]
+    command = [sys.executable, "-m", "trainer.torchrun", "--standalone", "--nproc_per_node=2"]
+    command += ["-m", "trainer.train", *map(str, args)]
+    proc = subprocess.Popen(
+        command, cwd=REPO, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 90
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, "trainer ended early"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=60)[0].decode(errors="replace")
+    assert proc.returncode == 143, output
+    assert len(ckpt.complete_checkpoints(out / "checkpoints")) == 1, output
+    assert output.count("SIGTERM received") == 2  # torchrun forwarded it to both workers

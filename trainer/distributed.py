@@ -1,0 +1,223 @@
+"""Distributed identity from the environment, process-group set-up/tear-down, and SIGTERM.
+
+Three launch styles give the same :class:`DistEnv`:
+
+* ``torchrun`` (also what the Training Operator runs when ``nprocPerNode`` > 1): ``RANK``,
+  ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``.
+* The Training Operator running the trainer directly in each pod: ``RANK`` (the pod index),
+  ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` plus ``PET_*`` copies; no ``LOCAL_RANK``.
+* Only ``PET_NNODES``/``PET_NODE_RANK``/``PET_MASTER_ADDR``/``PET_MASTER_PORT`` (one process per
+  node).
+
+With none of them set the trainer runs as one process without a process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from trainer.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Who this process is in the job."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    master_addr: str | None = None
+    master_port: int | None = None
+    launcher: str = "none"
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _int_env(environ: Mapping[str, str], name: str) -> int | None:
+    value = environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def dist_env_from(environ: Mapping[str, str] = os.environ) -> DistEnv:
+    """Read the distributed identity from torchrun's or the Training Operator's variables."""
+    rank, world = _int_env(environ, "RANK"), _int_env(environ, "WORLD_SIZE")
+    local_rank = _int_env(environ, "LOCAL_RANK")
+    nproc_text = environ.get("PET_NPROC_PER_NODE", "")
+    nproc = int(nproc_text) if nproc_text.isdigit() else None
+    if rank is not None and world is not None:
+        if local_rank is None and nproc is not None and nproc > 1:
+            raise ConfigError(
+                f"WORLD_SIZE={world} counts PET_NPROC_PER_NODE={nproc} processes per pod, but this "
+                "process was not started by torchrun (no LOCAL_RANK); start the trainer with "
+                "torchrun or set nprocPerNode to 1"
+            )
+        launcher = "torchrun" if local_rank is not None else "operator"
+        local_world = (
+            _int_env(environ, "LOCAL_WORLD_SIZE")
+            or (nproc if local_rank is not None else None)
+            or 1
+        )
+    elif environ.get("PET_NNODES") and environ.get("PET_NODE_RANK"):
+        if (nproc or 1) > 1:
+            raise ConfigError(
+                f"PET_NPROC_PER_NODE={nproc_text} needs torchrun to start one process per device"
+            )
+        world, rank = _int_env(environ, "PET_NNODES"), _int_env(environ, "PET_NODE_RANK")
+        launcher, local_world = "pet", 1
+    else:
+        return DistEnv()
+    assert rank is not None and world is not None
+    if world < 1 or not 0 <= rank < world:
+        raise ConfigError(f"RANK={rank} / WORLD_SIZE={world}: need 0 <= RANK < WORLD_SIZE")
+    addr = environ.get("MASTER_ADDR") or environ.get("PET_MASTER_ADDR")
+    port = _int_env(environ, "MASTER_PORT") or _int_env(environ, "PET_MASTER_PORT")
+    if world > 1 and (not addr or not port):
+        raise ConfigError(
+            f"WORLD_SIZE={world} but MASTER_ADDR/MASTER_PORT are not set; set both (torchrun and "
+            "the Training Operator do) or unset WORLD_SIZE to train in one process"
+        )
+    return DistEnv(
+        rank=rank,
+        local_rank=local_rank or 0,
+        world_size=world,
+        local_world_size=max(1, local_world),
+        master_addr=addr,
+        master_port=port,
+        launcher=launcher,
+    )
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity mask, capped by a cgroup CPU quota (containers).
+
+    In a pod with a CPU limit, the affinity mask still lists every core of the node; the quota in
+    ``cpu.max`` (cgroup v2) or ``cpu.cfs_quota_us`` (v1) is what the pod really gets.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    quota = None
+    try:
+        text = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if text and text[0] != "max":
+            quota = int(text[0]) / int(text[1])
+    except (OSError, ValueError, IndexError):
+        try:
+            us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+            period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+            quota = us / period if us > 0 else None
+        except (OSError, ValueError):
+            quota = None
+    if quota:
+        cores = min(cores, max(1, int(quota)))
+    return cores
+
+
+def processes_on_this_machine(env: DistEnv) -> int:
+    """Training processes sharing this machine's cores (all of them when MASTER is loopback)."""
+    if env.master_addr in ("127.0.0.1", "localhost", "::1"):
+        return max(env.world_size, env.local_world_size)
+    return env.local_world_size
+
+
+def configure_cpu_threads(env: DistEnv) -> int:
+    """Share the cores between the processes of this machine unless OMP_NUM_THREADS says so.
+
+    Oversubscribing cores is far worse than leaving one idle: OpenMP threads spin at barriers,
+    so two 2-thread processes on 2 cores train many times slower than two 1-thread ones.
+    """
+    if not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(max(1, available_cpus() // processes_on_this_machine(env)))
+    return torch.get_num_threads()
+
+
+def init_process_group(env: DistEnv, device: torch.device, timeout_s: float):
+    """Join the job's process group; returns the group used for small control messages.
+
+    Control messages (the stop flag, checkpoint bytes) go over gloo on the CPU even when training
+    uses nccl, so checking for SIGTERM every step does not synchronise the GPU stream.
+    """
+    if not env.distributed:
+        return None
+    os.environ["MASTER_ADDR"] = str(env.master_addr)
+    os.environ["MASTER_PORT"] = str(env.master_port)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    options: dict = {}
+    if device.type == "cuda":
+        options["device_id"] = device
+    dist.init_process_group(
+        backend,
+        init_method="env://",
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        **options,
+    )
+    if backend == "gloo":
+        return dist.group.WORLD
+    return dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def destroy_process_group() -> None:
+    """Leave the process group if this process joined one (safe on every exit path)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def any_rank(flag: bool, group) -> bool:
+    """True on every rank if ``flag`` is true on any rank (a MAX all-reduce over ``group``)."""
+    if group is None:
+        return flag
+    value = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group)
+    return bool(value.item())
+
+
+class StopRequest:
+    """Records SIGTERM (eviction, preemption) so the loop can stop at a step boundary."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous = None
+
+    def install(self) -> None:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+    def _handle(self, signum, frame) -> None:
+        self.signum = signum
+        message = "[trainer] SIGTERM received: finishing the current step, then checkpointing\n"
+        with contextlib.suppress(OSError, ValueError):
+            os.write(sys.stderr.fileno(), message.encode())
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
