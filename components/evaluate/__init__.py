@@ -1,0 +1,32 @@
+"""Evaluation: score a trained model folder, decide the pass/fail gate, render an HTML report.
+
+``evaluate`` (plain Python, unit-tested without KFP) and ``component.py`` (the KFP wrapper that
+turns its result into ``Metrics``, ``ClassificationMetrics``, ``HTML`` and a ``passed`` output).
+"""
+
+from components.evaluate.evaluate import (
+    EvalConfig,
+    EvalResult,
+    EvaluationError,
+    ScoreAccumulator,
+    decide_gate,
+    evaluate,
+    load_baseline,
+    run_evaluation,
+    write_eval_json,
+)
+from components.evaluate.report import render_report, write_report
+
+__all__ = [
+    "EvalConfig",
+    "EvalResult",
+    "EvaluationError",
+    "ScoreAccumulator",
+    "decide_gate",
+    "evaluate",
+    "load_baseline",
+    "render_report",
+    "run_evaluation",
+    "write_eval_json",
+    "write_report",
+]

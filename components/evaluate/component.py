@@ -1,0 +1,69 @@
+"""The evaluation step as a KFP component: typed artifacts out, ``passed`` as the one return value.
+
+``passed`` is the only return value because a ``dsl.If`` gates the publish step on it, and
+``kfp.local`` cannot resolve conditions on NamedTuple outputs. Everything else goes into artifacts:
+
+- ``metrics`` (``Metrics``): accuracy, top5, loss, num_samples, passed (1.0/0.0) — the numbers the
+  run's "Scalar metrics" view and run comparison show;
+- ``confusion`` (``ClassificationMetrics``): the confusion matrix with class names;
+- ``report`` (``HTML``): the page with the verdict, curves and heat map. Its metadata also holds
+  the whole result (``report.metadata["eval"]`` = ``EvalResult.to_dict()``, the content of an
+  ``eval.json``) plus ``passed`` and ``reason``.
+
+Why not an ``eval.json`` file: ``report.path`` is the HTML file itself, not a folder, so nothing can
+sit "next to it" inside the artifact (a sibling file would not be uploaded on a cluster), and a
+``Metrics`` artifact should hold only numbers (the UI tabulates every entry as a scalar). The
+full result therefore rides in the HTML artifact's metadata; ``write_eval_json`` writes the same
+dict to a file wherever a caller owns one.
+"""
+
+# No `from __future__ import annotations`: KFP reads the artifact types from real annotations.
+from kfp.dsl import HTML, ClassificationMetrics, Input, Metrics, Model, Output
+from kfp.dsl.python_component import PythonComponent
+
+from components import DEFAULT_IMAGE
+
+
+def evaluate_component(
+    model: Input[Model],
+    data_dir: str,
+    threshold: float,
+    baseline_uri: str,
+    tolerance: float,
+    metrics: Output[Metrics],
+    confusion: Output[ClassificationMetrics],
+    report: Output[HTML],
+) -> bool:
+    """Score the trained model on ``data_dir/val/`` and say whether it may be published.
+
+    Args:
+        model: the trainer's model folder (weights.pt, model.json, and metrics.jsonl for curves).
+        data_dir: the data dir holding ``val/<class>/*`` (the workspace PVC path on a cluster).
+        threshold: minimum accuracy, in [0, 1].
+        baseline_uri: '' (no baseline), a local JSON file or ``s3://bucket/key`` of a previous
+            model's metrics (``{"accuracy": ...}``, e.g. its eval.json or summary.json); S3
+            endpoint and credentials come from the standard AWS environment.
+        tolerance: how far below the baseline's accuracy still passes, in [0, 1].
+
+    Returns:
+        passed: accuracy >= threshold and within tolerance of the baseline.
+    """
+    from components.evaluate.evaluate import evaluate_into_artifacts
+
+    return evaluate_into_artifacts(
+        model.path,
+        data_dir,
+        threshold=threshold,
+        baseline_uri=baseline_uri,
+        tolerance=tolerance,
+        metrics=metrics,
+        confusion=confusion,
+        report=report,
+    )
+
+
+def make_evaluate_op(image: str = DEFAULT_IMAGE) -> PythonComponent:
+    """The evaluation component running on ``image``."""
+    from components.kfp_component import make_component
+
+    return make_component(evaluate_component, image=image)

@@ -1,0 +1,671 @@
+"""Score a trained model folder on a held-out split and decide whether it passes the gate.
+
+The model folder is the trainer's ``model/`` output (``weights.pt`` + ``model.json``). Images are
+listed, decoded and preprocessed by the trainer's own helpers, so evaluation sees exactly what
+validation during training saw.
+
+torch and the trainer are imported inside the functions that need them: the pipeline code imports
+this package only to build the KFP component, and compiling a pipeline should not load torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+PRECISIONS = ("fp32", "bf16")
+TOP_K = 5
+# Comparisons of accuracies (ratios of counts) with user thresholds tolerate float round-off, so
+# that accuracy 0.96 is "within 0.01 of baseline 0.97" although 0.97 - 0.96 > 0.01 in binary.
+_EPS = 1e-9
+
+
+class EvaluationError(ValueError):
+    """The model folder, the data, or an argument cannot be evaluated; the message says the fix."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class EvalConfig:
+    """How to score a model and what it must reach to pass."""
+
+    split: str = "val"
+    """Sub-folder of the data dir to score (class sub-folders of images)."""
+    batch_size: int = 256
+    """Images per forward pass."""
+    device: str = "auto"
+    """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
+    threshold: float = 0.0
+    """Minimum accuracy to pass, in [0, 1]."""
+    tolerance: float = 0.01
+    """How far below the baseline's accuracy the model may be and still pass, in [0, 1]."""
+    precision: str = "fp32"
+    """``fp32`` (exact, the default) or ``bf16`` autocast (faster on recent GPUs)."""
+    num_workers: int = 0
+    """DataLoader worker processes decoding images (0: decode in this process)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.split, str) or not self.split or self.split in (".", ".."):
+            raise EvaluationError(
+                f"split={self.split!r} is not a folder name; use e.g. 'val' or 'test'"
+            )
+        if "/" in self.split or "\\" in self.split:
+            raise EvaluationError(
+                f"split={self.split!r} must be a single folder name under the data dir "
+                "(no path separators); e.g. 'val'"
+            )
+        _check_int("batch_size", self.batch_size, minimum=1)
+        _check_int("num_workers", self.num_workers, minimum=0)
+        _check_fraction("threshold", self.threshold)
+        _check_fraction("tolerance", self.tolerance)
+        if self.precision not in PRECISIONS:
+            raise EvaluationError(
+                f"precision={self.precision!r} is not supported; allowed: {', '.join(PRECISIONS)}"
+            )
+        device = self.device
+        if not isinstance(device, str) or not (
+            device in ("auto", "cpu", "cuda")
+            or (device.startswith("cuda:") and device[5:].isdigit())
+        ):
+            raise EvaluationError(
+                f"device={device!r} is not supported; allowed: 'auto', 'cpu', 'cuda', 'cuda:N'"
+            )
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise EvaluationError(f"{name}={value!r} must be an integer >= {minimum}")
+
+
+def _check_fraction(name: str, value: Any) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0.0 <= value <= 1.0
+    ):
+        raise EvaluationError(f"{name}={value!r} is out of range; allowed: 0.0 <= {name} <= 1.0")
+
+
+@dataclass(kw_only=True, frozen=True)
+class EvalResult:
+    """What one evaluation measured, and the gate's verdict."""
+
+    accuracy: float
+    """Top-1 accuracy over the split."""
+    top5: float
+    """Top-k accuracy with k = min(5, number of classes) (see ``top_k``)."""
+    top_k: int
+    """The k of ``top5``."""
+    loss: float
+    """Mean cross-entropy loss per image."""
+    num_samples: int
+    """Images scored."""
+    class_names: list[str]
+    """Class names in the model's output order (rows and columns of ``confusion``)."""
+    precision: list[float]
+    """Per class: correct / predicted as that class (0.0 when never predicted)."""
+    recall: list[float]
+    """Per class: correct / images of that class (0.0 when the class has no images)."""
+    support: list[int]
+    """Per class: images of that class."""
+    confusion: list[list[int]]
+    """``confusion[true][predicted]`` counts."""
+    passed: bool
+    """Whether the model passes the gate (threshold and baseline)."""
+    reason: str
+    """Why it passed or failed, in words."""
+    threshold: float
+    """The accuracy threshold that was applied."""
+    tolerance: float
+    """The baseline tolerance that was applied."""
+    baseline_accuracy: float | None = None
+    """The baseline's accuracy, or None without a baseline."""
+    split: str = "val"
+    """The scored split."""
+    arch: str = ""
+    """The model's architecture (from model.json)."""
+    device: str = "cpu"
+    """Where it was scored."""
+    seconds: float = 0.0
+    """Wall time of scoring."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types; per-class numbers keyed by class name."""
+        return {
+            "accuracy": self.accuracy,
+            "top5": self.top5,
+            "top_k": self.top_k,
+            "loss": self.loss,
+            "num_samples": self.num_samples,
+            "passed": self.passed,
+            "reason": self.reason,
+            "threshold": self.threshold,
+            "tolerance": self.tolerance,
+            "baseline_accuracy": self.baseline_accuracy,
+            "split": self.split,
+            "arch": self.arch,
+            "device": self.device,
+            "seconds": self.seconds,
+            "class_names": list(self.class_names),
+            "per_class": {
+                name: {"precision": p, "recall": r, "support": s}
+                for name, p, r, s in zip(
+                    self.class_names, self.precision, self.recall, self.support, strict=True
+                )
+            },
+            "confusion_matrix": [list(row) for row in self.confusion],
+        }
+
+    def scalar_metrics(self) -> dict[str, float]:
+        """The headline numbers as floats (what a KFP ``Metrics`` artifact holds)."""
+        return {
+            "accuracy": self.accuracy,
+            "top5": self.top5,
+            "loss": self.loss,
+            "num_samples": float(self.num_samples),
+            "passed": 1.0 if self.passed else 0.0,
+        }
+
+
+# --------------------------------------------------------------------------- the gate
+
+
+def baseline_accuracy_of(baseline: Mapping[str, Any]) -> float:
+    """The accuracy in a previous model's metrics: ``accuracy`` (eval.json) or ``val_accuracy``
+    (the trainer's summary.json)."""
+    if not isinstance(baseline, Mapping):
+        raise EvaluationError(
+            f"baseline={baseline!r} must be a metrics dict such as {{'accuracy': 0.95}}"
+        )
+    key = "accuracy" if "accuracy" in baseline else "val_accuracy"
+    if key not in baseline:
+        raise EvaluationError(
+            f"baseline has no 'accuracy' (or 'val_accuracy') key; keys: {sorted(baseline)}; "
+            "pass a previous eval.json or summary.json, e.g. {'accuracy': 0.95}"
+        )
+    value = baseline[key]
+    try:
+        _check_fraction(f"baseline[{key!r}]", value)
+    except EvaluationError as err:
+        raise EvaluationError(f"{err} (it must be an accuracy)") from None
+    return float(value)
+
+
+def _fmt(value: float, other: float | None = None) -> str:
+    """Shortest readable form (0.981, 0.97); more digits only where needed to tell two values
+    apart, so a failure never reads 'accuracy 0.97 < threshold 0.97'."""
+    for digits in range(3, 17):
+        text = f"{value:.{digits}g}"
+        if other is None or value == other or text != f"{other:.{digits}g}":
+            return text
+    return repr(value)
+
+
+def decide_gate(
+    accuracy: float,
+    *,
+    threshold: float = 0.0,
+    baseline_accuracy: float | None = None,
+    tolerance: float = 0.01,
+) -> tuple[bool, str]:
+    """``(passed, reason)``: accuracy >= threshold and, with a baseline, not more than
+    ``tolerance`` below it."""
+    _check_fraction("accuracy", accuracy)
+    _check_fraction("threshold", threshold)
+    _check_fraction("tolerance", tolerance)
+    meets_threshold = accuracy >= threshold - _EPS
+    relation = "≥" if meets_threshold else "<"
+    threshold_text = (
+        f"accuracy {_fmt(accuracy, threshold)} {relation} threshold {_fmt(threshold, accuracy)}"
+    )
+    if baseline_accuracy is None:
+        return meets_threshold, f"{threshold_text} (no baseline)"
+    _check_fraction("baseline accuracy", baseline_accuracy)
+    baseline = _fmt(baseline_accuracy, accuracy)
+    drop = baseline_accuracy - accuracy
+    within = drop <= tolerance + _EPS
+    if not within:
+        baseline_text = (
+            f"{_fmt(drop, tolerance)} below baseline {baseline} (tolerance {_fmt(tolerance, drop)})"
+        )
+    elif -drop > tolerance + _EPS:
+        baseline_text = f"above baseline {baseline}"
+    else:
+        baseline_text = f"within {_fmt(tolerance)} of baseline {baseline}"
+    if meets_threshold and within:
+        return True, f"{threshold_text} and {baseline_text}"
+    if within:
+        return False, threshold_text
+    if meets_threshold:
+        return False, f"accuracy {_fmt(accuracy, baseline_accuracy)} is {baseline_text}"
+    return False, f"{threshold_text} and is {baseline_text}"
+
+
+# --------------------------------------------------------------------------- metric math
+
+
+class ScoreAccumulator:
+    """Running totals over batches of logits: loss, top-1/top-k hits, confusion counts.
+
+    Counts stay on the logits' device and are read once at the end (no per-batch sync).
+    """
+
+    def __init__(self, num_classes: int, *, device: str | torch.device = "cpu") -> None:
+        import torch
+
+        if num_classes < 1:
+            raise EvaluationError(f"num_classes={num_classes} must be >= 1")
+        self.num_classes = num_classes
+        self.top_k = min(TOP_K, num_classes)
+        self._loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        self._top_k_hits = torch.zeros((), dtype=torch.int64, device=device)
+        self._confusion = torch.zeros(num_classes * num_classes, dtype=torch.int64, device=device)
+
+    def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
+        """Add one batch: ``logits`` (N, C), ``targets`` (N,) class indices."""
+        import torch
+        import torch.nn.functional as F
+
+        if logits.ndim != 2 or logits.shape[1] != self.num_classes:
+            raise EvaluationError(
+                f"the model returned logits of shape {tuple(logits.shape)}; expected "
+                f"(batch, {self.num_classes}) for {self.num_classes} classes in model.json"
+            )
+        logits = logits.float()
+        self._loss_sum += F.cross_entropy(logits, targets, reduction="sum").double()
+        predictions = logits.argmax(dim=1)
+        top_k = logits.topk(self.top_k, dim=1).indices
+        self._top_k_hits += (top_k == targets[:, None]).any(dim=1).sum()
+        self._confusion += torch.bincount(
+            targets * self.num_classes + predictions, minlength=self.num_classes**2
+        )
+
+    def confusion(self) -> torch.Tensor:
+        """``(C, C)`` counts, rows = true class, columns = predicted class (on CPU)."""
+        return self._confusion.view(self.num_classes, self.num_classes).cpu()
+
+    def summary(self) -> dict[str, Any]:
+        """accuracy, top5, top_k, loss, num_samples, precision, recall, support, confusion."""
+        confusion = self.confusion()
+        num_samples = int(confusion.sum())
+        if num_samples == 0:
+            raise EvaluationError("no images were scored; the split is empty")
+        correct = confusion.diagonal().tolist()
+        predicted = confusion.sum(dim=0).tolist()
+        support = confusion.sum(dim=1).tolist()
+        return {
+            "accuracy": sum(correct) / num_samples,
+            "top5": int(self._top_k_hits.cpu()) / num_samples,
+            "top_k": self.top_k,
+            "loss": float(self._loss_sum.cpu()) / num_samples,
+            "num_samples": num_samples,
+            "precision": [_ratio(c, p) for c, p in zip(correct, predicted, strict=True)],
+            "recall": [_ratio(c, s) for c, s in zip(correct, support, strict=True)],
+            "support": support,
+            "confusion": confusion.tolist(),
+        }
+
+
+def _ratio(numerator: int, denominator: int) -> float:
+    # Zero-division → 0.0, as scikit-learn's zero_division=0: a class never predicted has no
+    # precision to speak of, and 0.0 keeps the JSON numeric.
+    return numerator / denominator if denominator else 0.0
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def _resolve_device(name: str) -> torch.device:
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise EvaluationError(
+                f"device={name!r} but CUDA is not available here; use device='cpu' or 'auto'"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise EvaluationError(
+                f"device={name!r} but only {torch.cuda.device_count()} CUDA device(s) exist"
+            )
+    return device
+
+
+def _check_classes(model_classes: Sequence[str], found: Sequence[str], split_dir: Path) -> None:
+    if list(model_classes) == list(found):
+        return
+    missing = sorted(set(model_classes) - set(found))
+    unexpected = sorted(set(found) - set(model_classes))
+    if not missing and not unexpected:
+        return  # same names, different order: targets are mapped by name
+    details = "; ".join(
+        part
+        for part in (
+            f"missing folders for {missing}" if missing else "",
+            f"folders the model does not know: {unexpected}" if unexpected else "",
+        )
+        if part
+    )
+    raise EvaluationError(
+        f"class folders under {split_dir} do not match the model's class_names ({details}); "
+        f"the model was trained on {list(model_classes)}: evaluate it on data with exactly "
+        "those class sub-folders"
+    )
+
+
+def evaluate(
+    model_dir: str | os.PathLike,
+    data_dir: str | os.PathLike,
+    *,
+    split: str = "val",
+    batch_size: int = 256,
+    device: str = "auto",
+    threshold: float = 0.0,
+    baseline: Mapping[str, Any] | None = None,
+    tolerance: float = 0.01,
+    precision: str = "fp32",
+    num_workers: int = 0,
+) -> EvalResult:
+    """Score ``model_dir`` (weights.pt + model.json) on ``data_dir/<split>/<class>/*``.
+
+    Args:
+        model_dir: the trainer's model folder.
+        data_dir: an ImageFolder-style data dir with a ``<split>/`` sub-folder.
+        split: the sub-folder to score.
+        batch_size: images per forward pass.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        threshold: minimum accuracy to pass, in [0, 1].
+        baseline: a previous model's metrics (``{"accuracy": 0.95}``; an eval.json or the
+            trainer's summary.json), or None.
+        tolerance: how far below the baseline's accuracy still passes, in [0, 1].
+        precision: ``fp32`` (default, exact) or ``bf16`` autocast.
+        num_workers: DataLoader workers decoding images.
+
+    Raises:
+        EvaluationError: bad arguments, a missing model folder or split, or class folders that
+            differ from the model's class names.
+        trainer.errors.DataError: an empty class folder or an unreadable image (from the
+            trainer's helpers, naming the path).
+    """
+    config = EvalConfig(
+        split=split,
+        batch_size=batch_size,
+        device=device,
+        threshold=threshold,
+        tolerance=tolerance,
+        precision=precision,
+        num_workers=num_workers,
+    )
+    baseline_accuracy = None if baseline is None else baseline_accuracy_of(baseline)
+
+    import torch
+
+    from trainer.data import eval_transform, list_images, load_image
+    from trainer.export import load_model
+
+    model_dir, data_dir = Path(model_dir), Path(data_dir)
+    for name in ("weights.pt", "model.json"):
+        if not (model_dir / name).is_file():
+            raise EvaluationError(
+                f"model_dir={str(model_dir)!r} has no {name}; pass the trainer's model/ folder "
+                "(weights.pt + model.json)"
+            )
+    split_dir = data_dir / config.split
+    if not split_dir.is_dir():
+        raise EvaluationError(
+            f"{split_dir} does not exist: data_dir={str(data_dir)!r} needs a {config.split}/ "
+            "folder of class sub-folders (set split= to score another one)"
+        )
+    torch_device = _resolve_device(config.device)
+    model, model_config = load_model(model_dir, map_location="cpu")
+    class_names = model_config.get("class_names")
+    if not isinstance(class_names, list) or len(class_names) != model_config.get("num_classes"):
+        raise EvaluationError(
+            f"{model_dir / 'model.json'}: class_names={class_names!r} must be a list of "
+            f"num_classes={model_config.get('num_classes')!r} names; re-export the model"
+        )
+    class_names = [str(name) for name in class_names]
+    samples, found_classes = list_images(split_dir)
+    _check_classes(class_names, found_classes, split_dir)
+    index_of = {name: i for i, name in enumerate(class_names)}
+    samples = [(path, index_of[found_classes[target]]) for path, target in samples]
+
+    transform = eval_transform(
+        int(model_config["image_size"]), model_config["mean"], model_config["std"]
+    )
+    loader = torch.utils.data.DataLoader(
+        _ImageList(samples, transform, load_image),
+        batch_size=config.batch_size,
+        shuffle=False,
+        num_workers=config.num_workers,
+        pin_memory=torch_device.type == "cuda",
+    )
+    model = model.to(torch_device).eval()
+    scores = ScoreAccumulator(len(class_names), device=torch_device)
+    autocast = torch.autocast(
+        device_type=torch_device.type,
+        dtype=torch.bfloat16,
+        enabled=config.precision == "bf16",
+    )
+    started = time.perf_counter()
+    with torch.inference_mode(), autocast:
+        for images, targets in loader:
+            images = images.to(torch_device, non_blocking=True)
+            targets = targets.to(torch_device, non_blocking=True)
+            scores.update(model(images), targets)
+    summary = scores.summary()
+    seconds = time.perf_counter() - started
+
+    passed, reason = decide_gate(
+        summary["accuracy"],
+        threshold=config.threshold,
+        baseline_accuracy=baseline_accuracy,
+        tolerance=config.tolerance,
+    )
+    return EvalResult(
+        **summary,
+        class_names=class_names,
+        passed=passed,
+        reason=reason,
+        threshold=float(config.threshold),
+        tolerance=float(config.tolerance),
+        baseline_accuracy=baseline_accuracy,
+        split=config.split,
+        arch=str(model_config.get("arch", "")),
+        device=str(torch_device),
+        seconds=seconds,
+    )
+
+
+class _ImageList:
+    """(path, target) pairs → (tensor, target), decoded with the trainer's helpers."""
+
+    def __init__(
+        self,
+        samples: list[tuple[Path, int]],
+        transform: Callable[[Any], torch.Tensor],
+        load_image: Callable[[Path], Any],
+    ) -> None:
+        self.samples = samples
+        self.transform = transform
+        self.load_image = load_image
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path, target = self.samples[index]
+        return self.transform(self.load_image(path)), target
+
+
+# --------------------------------------------------------------------------- files
+
+
+def write_eval_json(result: EvalResult, path: str | os.PathLike) -> Path:
+    """Write ``result.to_dict()`` to ``path`` atomically (temp file, fsync, rename)."""
+    path = Path(path)
+    atomic_write_text(path, json.dumps(result.to_dict(), indent=2) + "\n")
+    return path
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` so that readers see the old file or the whole new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_baseline(uri: str) -> dict[str, Any] | None:
+    """A previous model's metrics from ``uri``: '' → None; a local JSON file; or
+    ``s3://bucket/key`` (boto3; endpoint and credentials from the standard AWS environment).
+
+    A URI that names nothing is an error, not "no baseline": a typo must not open the gate.
+    """
+    if not uri:
+        return None
+    if uri.startswith("s3://"):
+        raw = _read_s3(uri)
+    else:
+        path = Path(uri)
+        if not path.is_file():
+            raise EvaluationError(
+                f"baseline_uri={uri!r}: no such file; pass '' for no baseline, a local JSON "
+                "file, or s3://bucket/key"
+            )
+        raw = path.read_bytes()
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise EvaluationError(f"baseline_uri={uri!r} is not JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise EvaluationError(
+            f"baseline_uri={uri!r} holds a {type(data).__name__}; expected a JSON object "
+            "such as {'accuracy': 0.95}"
+        )
+    baseline_accuracy_of(data)  # fail here, naming the URI's content, rather than later
+    return data
+
+
+def _read_s3(uri: str) -> bytes:
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    if not bucket or not key:
+        raise EvaluationError(f"baseline_uri={uri!r} must look like s3://bucket/key.json")
+    try:
+        # boto3 reads AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL and the credential chain itself.
+        body = boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"]
+        return body.read()
+    except ClientError as err:
+        code = err.response.get("Error", {}).get("Code", "?")
+        raise EvaluationError(
+            f"baseline_uri={uri!r} could not be read ({code}); check the key, the endpoint "
+            "(AWS_ENDPOINT_URL_S3) and the credentials (AWS_ACCESS_KEY_ID / "
+            "AWS_SECRET_ACCESS_KEY), or pass '' for no baseline"
+        ) from None
+    except BotoCoreError as err:
+        raise EvaluationError(f"baseline_uri={uri!r} could not be read: {err}") from None
+
+
+def run_evaluation(
+    model_dir: str | os.PathLike,
+    data_dir: str | os.PathLike,
+    *,
+    report_path: str | os.PathLike,
+    threshold: float = 0.0,
+    baseline_uri: str = "",
+    tolerance: float = 0.01,
+    metrics_jsonl: str | os.PathLike | None = None,
+    **options: Any,
+) -> EvalResult:
+    """The pipeline step: load the baseline, :func:`evaluate`, and write the HTML report.
+
+    ``metrics_jsonl`` defaults to ``model_dir/metrics.jsonl`` (the training curves; the page
+    renders without them when the file is missing). ``options`` go to :func:`evaluate`.
+    """
+    from components.evaluate.report import write_report
+
+    baseline = load_baseline(baseline_uri)
+    result = evaluate(
+        model_dir,
+        data_dir,
+        threshold=threshold,
+        baseline=baseline,
+        tolerance=tolerance,
+        **options,
+    )
+    if metrics_jsonl is None:
+        metrics_jsonl = Path(model_dir) / "metrics.jsonl"
+    write_report(result, report_path, metrics_jsonl=metrics_jsonl)
+    return result
+
+
+def evaluate_into_artifacts(
+    model_dir: str,
+    data_dir: str,
+    *,
+    threshold: float,
+    baseline_uri: str,
+    tolerance: float,
+    metrics: Any,
+    confusion: Any,
+    report: Any,
+) -> bool:
+    """The KFP step on KFP's artifact objects (duck-typed, so this module needs no kfp):
+    :func:`run_evaluation` writes ``report.path``; the numbers go into the artifacts' metadata.
+
+    Kept out of component.py: the component's body imports this at run time, inside KFP's
+    executor, where importing kfp's component-building modules would be circular.
+    """
+    result = run_evaluation(
+        model_dir,
+        data_dir,
+        report_path=report.path,
+        threshold=threshold,
+        baseline_uri=baseline_uri,
+        tolerance=tolerance,
+        metrics_jsonl=Path(model_dir) / "metrics.jsonl",
+    )
+    for name, value in result.scalar_metrics().items():
+        metrics.log_metric(name, value)
+    confusion.log_confusion_matrix(list(result.class_names), result.confusion)
+    report.metadata.update({"passed": result.passed, "reason": result.reason})
+    report.metadata["eval"] = result.to_dict()
+    print(f"evaluation {'PASSED' if result.passed else 'FAILED'}: {result.reason}")
+    return result.passed
+
+
+__all__ = [
+    "EvalConfig",
+    "EvalResult",
+    "EvaluationError",
+    "ScoreAccumulator",
+    "baseline_accuracy_of",
+    "decide_gate",
+    "evaluate",
+    "evaluate_into_artifacts",
+    "load_baseline",
+    "run_evaluation",
+    "write_eval_json",
+]

@@ -1,0 +1,182 @@
+"""evaluate(): exact numbers on the hand-checkable colour model, data checks, argument checks."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from components.evaluate import EvalResult, EvaluationError, ScoreAccumulator, evaluate
+from tests.evaluate.colour_model import CLASSES, hand_logits, write_colour_model
+from tests.evaluate.conftest import LAYOUT
+
+# Worked out by hand from LAYOUT (rows: true a..f, columns: predicted a..f).
+CONFUSION = [
+    [2, 1, 0, 0, 0, 0],
+    [0, 1, 1, 0, 0, 0],
+    [1, 0, 1, 0, 0, 0],
+    [1, 0, 0, 0, 0, 0],
+    [0, 1, 0, 0, 0, 0],
+    [0, 0, 1, 0, 0, 0],
+]
+ACCURACY = 4 / 10  # a: 2 of 3, b: 1 of 2, c: 1 of 2
+TOP5 = 8 / 10  # misses: a blue image of b (b ranks 6th), a red image of c (c ranks 6th)
+PRECISION = [2 / 4, 1 / 3, 1 / 3, 0.0, 0.0, 0.0]  # d, e, f are never predicted
+RECALL = [2 / 3, 1 / 2, 1 / 2, 0.0, 0.0, 0.0]
+SUPPORT = [3, 2, 2, 1, 1, 1]
+
+
+def hand_loss() -> float:
+    """Mean cross-entropy: log(sum(exp(logits))) - logits[true class], per image."""
+    losses = []
+    for target, colours in enumerate(LAYOUT.values()):
+        for colour in colours:
+            logits = hand_logits(colour)
+            losses.append(math.log(sum(math.exp(v) for v in logits)) - logits[target])
+    return sum(losses) / len(losses)
+
+
+# One batch; several with a short last one; decoded by DataLoader worker processes.
+@pytest.mark.parametrize(("batch_size", "num_workers"), [(256, 0), (3, 0), (4, 2)])
+def test_numbers_match_the_hand_computation(colour_model, colour_data, batch_size, num_workers):
+    result = evaluate(
+        colour_model, colour_data, batch_size=batch_size, num_workers=num_workers, device="cpu"
+    )
+
+    assert isinstance(result, EvalResult)
+    assert result.class_names == list(CLASSES)
+    assert result.num_samples == 10
+    assert result.confusion == CONFUSION
+    assert result.accuracy == ACCURACY
+    assert result.top_k == 5
+    assert result.top5 == TOP5
+    assert result.precision == pytest.approx(PRECISION, abs=1e-12)
+    assert result.recall == pytest.approx(RECALL, abs=1e-12)
+    assert result.support == SUPPORT
+    assert result.loss == pytest.approx(hand_loss(), abs=1e-5)
+    assert (result.arch, result.split, result.device) == ("resnet18", "val", "cpu")
+    assert result.passed  # threshold 0, no baseline
+    assert result.reason == "accuracy 0.4 ≥ threshold 0 (no baseline)"
+
+
+def test_to_dict_is_plain_json_keyed_by_class(colour_model, colour_data):
+    data = evaluate(colour_model, colour_data, device="cpu", threshold=0.5).to_dict()
+
+    assert data["accuracy"] == ACCURACY and data["top5"] == TOP5 and data["num_samples"] == 10
+    assert data["passed"] is False
+    assert data["reason"] == "accuracy 0.4 < threshold 0.5 (no baseline)"
+    assert data["confusion_matrix"] == CONFUSION
+    assert list(data["per_class"]) == list(CLASSES)
+    assert data["per_class"]["a"] == {"precision": 0.5, "recall": 2 / 3, "support": 3}
+    assert data["per_class"]["f"] == {"precision": 0.0, "recall": 0.0, "support": 1}
+
+
+def test_class_folders_are_matched_by_name_not_position(tmp_path, colour_data):
+    # The same network, but its outputs are named in reverse: output 0 is "f", output 5 is "a".
+    model = write_colour_model(tmp_path / "model", tuple(reversed(CLASSES)))
+    result = evaluate(model, colour_data, device="cpu")
+
+    assert result.class_names == list(reversed(CLASSES))
+    # Red images are now predicted "f", green "e", blue "d": only the green image of "e" is right.
+    assert result.accuracy == 1 / 10
+    assert result.confusion[0] == [0, 0, 1, 0, 0, 0]  # true "f" (one blue image) → "d"
+    assert result.support == list(reversed(SUPPORT))
+
+
+def test_class_mismatch_is_a_clear_error(tmp_path, colour_model, colour_data):
+    data = tmp_path / "data"
+    shutil.copytree(colour_data, data)
+    (data / "val" / "f").rename(data / "val" / "zebra")
+
+    with pytest.raises(EvaluationError) as err:
+        evaluate(colour_model, data, device="cpu")
+    message = str(err.value)
+    assert "do not match the model's class_names" in message
+    assert "missing folders for ['f']" in message
+    assert "folders the model does not know: ['zebra']" in message
+    assert str(data / "val") in message
+
+
+def test_missing_split_and_model_files_name_the_fix(tmp_path, colour_model, colour_data):
+    with pytest.raises(EvaluationError, match=r"needs a test/ folder of class sub-folders"):
+        evaluate(colour_model, colour_data, split="test", device="cpu")
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    with pytest.raises(EvaluationError, match=r"has no weights\.pt; pass the trainer's model/"):
+        evaluate(empty, colour_data, device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"threshold": 1.5}, "threshold=1.5 is out of range; allowed: 0.0 <= threshold <= 1.0"),
+        ({"threshold": float("nan")}, "threshold=nan is out of range"),
+        ({"tolerance": -0.1}, "tolerance=-0.1 is out of range; allowed: 0.0 <= tolerance <= 1.0"),
+        ({"batch_size": 0}, "batch_size=0 must be an integer >= 1"),
+        ({"batch_size": 2.5}, "batch_size=2.5 must be an integer >= 1"),
+        ({"num_workers": -1}, "num_workers=-1 must be an integer >= 0"),
+        ({"device": "tpu"}, "device='tpu' is not supported; allowed: 'auto', 'cpu', 'cuda'"),
+        ({"split": "../train"}, "split='../train' must be a single folder name"),
+        ({"split": ""}, "split='' is not a folder name"),
+        ({"precision": "fp16"}, "precision='fp16' is not supported; allowed: fp32, bf16"),
+        ({"baseline": {"loss": 0.1}}, "baseline has no 'accuracy' (or 'val_accuracy') key"),
+        ({"baseline": {"accuracy": 97}}, "baseline['accuracy']=97 is out of range"),
+    ],
+)
+def test_bad_arguments_name_the_knob_value_and_range(tmp_path, kwargs, message):
+    # Arguments are checked before anything is read: the folders need not exist.
+    with pytest.raises(EvaluationError) as err:
+        evaluate(tmp_path / "model", tmp_path / "data", **kwargs)
+    assert message in str(err.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a CPU-only machine")
+def test_cuda_requested_without_cuda(colour_model, colour_data):
+    with pytest.raises(EvaluationError, match=r"device='cuda' but CUDA is not available"):
+        evaluate(colour_model, colour_data, device="cuda")
+
+
+def test_bf16_autocast_gives_the_same_predictions(colour_model, colour_data):
+    result = evaluate(colour_model, colour_data, device="cpu", precision="bf16")
+    assert result.confusion == CONFUSION
+    assert result.loss == pytest.approx(hand_loss(), abs=0.05)
+
+
+def test_accumulator_on_hand_written_logits():
+    scores = ScoreAccumulator(3)  # k = min(5, 3) = 3: every top-3 hits
+    logits = torch.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 3.0], [0.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
+    scores.update(logits[:2], torch.tensor([0, 1]))
+    scores.update(logits[2:], torch.tensor([1, 1]))
+    summary = scores.summary()
+
+    assert summary["confusion"] == [[1, 0, 0], [0, 2, 1], [0, 0, 0]]
+    assert summary["accuracy"] == 3 / 4
+    assert (summary["top_k"], summary["top5"]) == (3, 1.0)
+    assert summary["precision"] == [1.0, 1.0, 0.0]
+    assert summary["recall"] == [1.0, 2 / 3, 0.0]  # class 2 has no images: 0.0, not NaN
+    assert summary["support"] == [1, 3, 0]
+    expected_loss = (
+        (math.log(math.exp(2) + 2) - 2)
+        + (math.log(math.exp(3) + 2) - 0)
+        + 2 * (math.log(math.e + 2) - 1)
+    ) / 4
+    assert summary["loss"] == pytest.approx(expected_loss, abs=1e-6)
+
+
+def test_accumulator_rejects_logits_of_the_wrong_width():
+    with pytest.raises(EvaluationError, match=r"expected \(batch, 4\) for 4 classes"):
+        ScoreAccumulator(4).update(torch.zeros(2, 3), torch.tensor([0, 1]))
+
+
+def test_result_needs_no_torch_to_serialise(tmp_path: Path, colour_model, colour_data):
+    import json
+
+    from components.evaluate import write_eval_json
+
+    result = evaluate(colour_model, colour_data, device="cpu")
+    path = write_eval_json(result, tmp_path / "out" / "eval.json")
+    assert json.loads(path.read_text()) == json.loads(json.dumps(result.to_dict()))
+    assert not list(path.parent.glob(".*.tmp"))
