@@ -1,0 +1,1 @@
+"""Backends that run a TrainSpec: ``kubernetes`` (the Training Operator) and ``local``."""
