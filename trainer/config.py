@@ -168,6 +168,23 @@ class TrainConfig:
         return out
 
 
+TRAJECTORY_SETTINGS = (
+    "optimizer",
+    "lr",
+    "momentum",
+    "weight_decay",
+    "warmup_steps",
+    "label_smoothing",
+    "grad_clip_norm",
+    "image_size",
+    "augment",
+    "val_fraction",
+)
+"""Settings that change what every step does: a checkpoint resumes only under the same values.
+The run's length (--epochs, --max-steps) may change, to extend or shorten a run, and so may the
+world size and batch size (the epoch then restarts from its first batch)."""
+
+
 # --------------------------------------------------------------------------------- validation
 def _choice(cfg: TrainConfig, name: str, allowed: tuple[str, ...]) -> None:
     value = getattr(cfg, name)

@@ -36,6 +36,7 @@ from trainer.config import (
     DEVICES,
     OPTIMIZERS,
     PRECISIONS,
+    TRAJECTORY_SETTINGS,
     TrainConfig,
     config_from,
     field_docs,
@@ -345,6 +346,19 @@ class Trainer:
                 f"{saved.get('model')!r} with classes {state.get('class_names')}; this run uses "
                 f"--model {self.cfg.model!r} with classes {class_names}. Use a new "
                 "--checkpoint-dir (or delete the old checkpoints) to start over"
+            )
+        current = self.cfg.to_dict()
+        changed = [
+            f"--{name.replace('_', '-')} {saved[name]!r} -> {current.get(name)!r}"
+            for name in TRAJECTORY_SETTINGS
+            if name in saved and saved[name] != current.get(name)
+        ]
+        if changed:
+            raise ConfigError(
+                f"--checkpoint-dir {self.checkpoint_dir} holds a run with other training settings "
+                f"({'; '.join(changed)}); resuming it would not train what this run asks for. "
+                "Use a new --output-dir/--checkpoint-dir (in the pipeline: a new retrain_token), "
+                "or run with the checkpoint's settings"
             )
         if state["rng"].get("seed") != self.cfg.seed:
             self._log(

@@ -223,3 +223,17 @@ def test_resume_with_another_world_size_restarts_the_epoch(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["resumed_from_step"] == 3 and summary["steps"] == 5
     assert summary["world_size"] == 1
+
+
+def test_resume_refuses_a_checkpoint_of_other_training_settings(tmp_path, capsys):
+    data = write_image_folder(tmp_path / "data")
+    out = tmp_path / "out"
+    common = ["--data-dir", data, "--output-dir", out, *TINY, "--batch-size", "4"]
+    assert main([str(a) for a in [*common, "--max-steps", "2", "--augment", "none"]]) == 0
+    capsys.readouterr()
+    code = main([str(a) for a in [*common, "--max-steps", "3", "--augment", "crop-flip"]])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--augment 'none' -> 'crop-flip'" in err and "new --output-dir" in err
+    # The refused run changed nothing: the finished run is still there, untouched.
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
