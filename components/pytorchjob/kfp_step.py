@@ -169,6 +169,9 @@ def run_training_step(
             metrics.log_metric(key_name, float(value))
     metrics.log_metric("job_duration_s", float(result.duration_s))
     metrics.log_metric("job_restarts", float(result.restarts))
+    from components.artifacts import write_metadata_file
+
+    write_metadata_file(metrics)
     return result
 
 

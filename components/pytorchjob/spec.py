@@ -143,7 +143,9 @@ class TrainSpec:
     image: str = DEFAULT_IMAGE
     """Container image of every replica."""
     command: list[str] | None = None
-    """Container command. None: the trainer through torchrun (``torchrun -m trainer.train``)."""
+    """Container command. None: the trainer through torchrun, wrapped so that a SIGTERM stays a
+    retryable exit status (``python -m trainer.torchrun -m trainer.train``; plain torchrun exits 1,
+    which the operator's ExitCode policy reads as permanent)."""
     args: list[str] = field(default_factory=list)
     """Arguments appended to the command (the trainer's flags for the default command)."""
     workers: int = 1
@@ -243,7 +245,7 @@ class TrainSpec:
         """The container command (the default runs the trainer through torchrun)."""
         if self.command is not None:
             return list(self.command)
-        return ["torchrun", "-m", "trainer.train"]
+        return ["python", "-m", "trainer.torchrun", "-m", "trainer.train"]
 
     def merged_env(self) -> dict[str, str]:
         """NCCL preset then ``env`` (user values win)."""

@@ -43,7 +43,8 @@ def test_defaults_run_the_trainer_through_torchrun_on_one_master():
     assert master["replicas"] == 1 and master["restartPolicy"] == "OnFailure"
     c = container(m)
     assert c["name"] == "pytorch" and c["image"] == DEFAULT_IMAGE
-    assert c["command"] == ["torchrun", "-m", "trainer.train"] and c["args"] == ["--epochs", "1"]
+    assert c["command"] == ["python", "-m", "trainer.torchrun", "-m", "trainer.train"]
+    assert c["args"] == ["--epochs", "1"]
     assert m["spec"]["nprocPerNode"] == "1"
     assert m["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running"}
     # Istio sidecars never exit and keep finished pods alive: off by default, job and pods.

@@ -9,8 +9,9 @@ Default command: with ``nproc_per_node == 1`` (and no elastic policy) each repli
 ``python -m trainer.train`` directly, which reads RANK/WORLD_SIZE/MASTER_* like a pod without
 torchrun does: one process per replica, no torchrun agent to start (about a second less per
 replica) and the replica's exit code is the trainer's. With more processes per node it runs
-``python -m torch.distributed.run -m trainer.train`` which reads the PET_* variables, exactly as
-in the pod. ``torchrun``/``python`` at the head of a custom command become this interpreter.
+``python -m trainer.torchrun -m trainer.train`` (torchrun with pod-level exit codes) which reads
+the PET_* variables, exactly as in the pod. ``torchrun``/``python`` at the head of a custom
+command become this interpreter.
 
 Restart policy: a replica that exits non-zero stops the whole group (SIGTERM, then SIGKILL after
 ``grace_period_s``) and, if the policy says the failure is retryable and fewer than
@@ -146,7 +147,7 @@ class LocalRun:
             if spec.nproc_per_node == 1 and not spec.elastic:
                 head = [self.python, "-m", "trainer.train"]
             else:
-                head = [self.python, "-m", "torch.distributed.run", "-m", "trainer.train"]
+                head = [self.python, "-m", "trainer.torchrun", "-m", "trainer.train"]
         else:
             head = list(spec.command)
             if head[0] == "torchrun":
