@@ -17,5 +17,7 @@ def make_component(func: Callable, *, image: str = DEFAULT_IMAGE) -> PythonCompo
     (``install_kfp_package=False``); that also keeps ``kfp.local`` runs from touching the venv.
     """
     if not image or any(c.isspace() for c in image):
-        raise ValueError(f"image={image!r} is not a container image reference; e.g. {DEFAULT_IMAGE}")
+        raise ValueError(
+            f"image={image!r} is not a container image reference, e.g. {DEFAULT_IMAGE!r}"
+        )
     return dsl.component(func, base_image=image, install_kfp_package=False)

@@ -650,6 +650,10 @@ def evaluate_into_artifacts(
     for name, value in result.scalar_metrics().items():
         metrics.log_metric(name, value)
     confusion.log_confusion_matrix(list(result.class_names), result.confusion)
+    from components.artifacts import write_metadata_file
+
+    for artifact in (metrics, confusion):
+        write_metadata_file(artifact)
     report.metadata.update({"passed": result.passed, "reason": result.reason})
     report.metadata["eval"] = result.to_dict()
     print(f"evaluation {'PASSED' if result.passed else 'FAILED'}: {result.reason}")

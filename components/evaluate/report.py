@@ -114,10 +114,16 @@ def curves_figure(curves: TrainingCurves) -> Figure:
     figure = Figure(figsize=(10, 3.6), layout="constrained")
     loss_axes, accuracy_axes = figure.subplots(1, 2)
     if curves.train_step:
-        loss_axes.plot(curves.train_step, curves.train_loss, label="train loss", lw=1)
+        # Markers when the points are few (a short run logs only a handful), or a line is invisible.
+        style = ".-" if len(curves.train_step) < 50 else "-"
+        loss_axes.plot(curves.train_step, curves.train_loss, style, label="train loss", lw=1)
     if curves.val_step:
         loss_axes.plot(curves.val_step, curves.val_loss, "o-", label="val loss", lw=1.5)
         accuracy_axes.plot(curves.val_step, curves.val_accuracy, "o-", color="tab:green", lw=1.5)
+    losses = [v for v in (*curves.train_loss, *curves.val_loss) if v is not None and v > 0]
+    if losses and max(losses) / min(losses) > 100:
+        # An early spike (BatchNorm statistics of a fresh model) would flatten the rest.
+        loss_axes.set_yscale("log")
     loss_axes.set(title="Loss", xlabel="step", ylabel="cross-entropy")
     loss_axes.legend(loc="upper right")
     accuracy_axes.set(title="Validation accuracy", xlabel="step", ylabel="accuracy")
