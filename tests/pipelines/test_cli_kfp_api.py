@@ -1,0 +1,295 @@
+"""`kfp-ddp upload/run/schedule` through the real kfp.Client against the stand-in API server."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from pipelines.cli import DEFAULT_PACKAGE, main
+from tests.pipelines.kfp_api_server import FakeKfpServer
+
+PACKAGE = str(DEFAULT_PACKAGE)
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=True)
+
+
+def committed_docs() -> list[dict]:
+    return [d for d in yaml.safe_load_all(DEFAULT_PACKAGE.read_text()) if d]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def assert_one_clear_error(result, *needles: str) -> None:
+    assert result.exit_code != 0, result.output
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.output
+    for needle in needles:
+        assert needle in errors[0], result.output
+
+
+def test_upload_sends_the_compiled_yaml_then_a_version(kfp_server: FakeKfpServer) -> None:
+    first = invoke("upload", "--host", kfp_server.url, "--package", PACKAGE, "--name", "ddp")
+    assert first.exit_code == 0, first.output
+    (upload,) = kfp_server.requests_to("POST", "/pipelines/upload")
+    assert upload.query["name"] == ["ddp"]
+    assert upload.files["uploadfile"] == DEFAULT_PACKAGE.read_bytes()
+
+    second = invoke(
+        "upload", "--host", kfp_server.url, "--package", PACKAGE, "--name", "ddp", "--version", "v2"
+    )
+    assert second.exit_code == 0, second.output
+    (version,) = kfp_server.requests_to("POST", "/pipelines/upload_version")
+    (pipeline_id,) = kfp_server.pipelines
+    assert version.query["pipelineid"] == [pipeline_id]
+    assert version.query["name"] == ["v2"]
+    assert version.files["uploadfile"] == DEFAULT_PACKAGE.read_bytes()
+    assert "version 'v2'" in second.output
+
+
+def test_run_sends_spec_typed_parameters_and_experiment(kfp_server: FakeKfpServer) -> None:
+    result = invoke(
+        "run",
+        "--host",
+        kfp_server.url,
+        "--package",
+        PACKAGE,
+        "--experiment",
+        "nightly",
+        "--name",
+        "r1",
+        "-p",
+        "epochs=3",
+        "-p",
+        "lr=0.05",
+        "-p",
+        "data_uri=s3://bucket/digits",
+        "-p",
+        "accuracy_threshold=0.9",
+    )
+    assert result.exit_code == 0, result.output
+    (experiment,) = kfp_server.requests_to("POST", "/experiments")
+    assert experiment.json["display_name"] == "nightly"
+    (run,) = kfp_server.runs
+    assert run["display_name"] == "r1"
+    assert run["experiment_id"] == kfp_server.requests_to("POST", "/runs")[0].json["experiment_id"]
+    assert run["runtime_config"]["parameters"] == {
+        "epochs": 3,
+        "lr": 0.05,
+        "data_uri": "s3://bucket/digits",
+        "accuracy_threshold": 0.9,
+    }
+    pipeline_doc, platform_doc = committed_docs()
+    assert run["pipeline_spec"]["pipeline_spec"]["root"] == pipeline_doc["root"]
+    assert run["pipeline_spec"]["pipeline_spec"]["deploymentSpec"] == pipeline_doc["deploymentSpec"]
+    assert run["pipeline_spec"]["platform_spec"] == platform_doc
+
+
+def test_run_no_cache_turns_caching_off_in_every_dag(kfp_server: FakeKfpServer) -> None:
+    result = invoke("run", "--host", kfp_server.url, "--package", PACKAGE, "--no-cache")
+    assert result.exit_code == 0, result.output
+    spec = kfp_server.runs[0]["pipeline_spec"]["pipeline_spec"]
+    dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
+    tasks = [t for dag in dags for t in dag["tasks"].values()]
+    assert len(tasks) > len(spec["root"]["dag"]["tasks"])  # nested DAGs exist and are covered
+    # proto3 drops false booleans: no enableCache means caching off (like the sync step's).
+    assert not any(t.get("cachingOptions", {}).get("enableCache") for t in tasks)
+    committed = committed_docs()[0]["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+    assert committed["pytorchjob-component"]["cachingOptions"] == {"enableCache": True}
+    # ... and the trainer starts in a fresh folder instead of resuming an identical run.
+    assert kfp_server.runs[0]["runtime_config"]["parameters"]["retrain_token"]
+
+
+def test_schedule_sends_cron_concurrency_catchup_and_parameters(kfp_server: FakeKfpServer) -> None:
+    result = invoke(
+        "schedule",
+        "--host",
+        kfp_server.url,
+        "--package",
+        PACKAGE,
+        "--cron",
+        "0 2 * * *",
+        "--max-concurrency",
+        "2",
+        "--no-catchup",
+        "-p",
+        "workers=4",
+    )
+    assert result.exit_code == 0, result.output
+    (recurring,) = kfp_server.recurring_runs
+    # KFP's scheduler parses cron with a seconds field first: 02:00 daily is "0 0 2 * * *".
+    assert recurring["trigger"] == {"cron_schedule": {"cron": "0 0 2 * * *"}}
+    assert int(recurring["max_concurrency"]) == 2
+    assert recurring["no_catchup"] is True
+    assert recurring["mode"] == "ENABLE"
+    assert recurring["runtime_config"]["parameters"] == {"workers": 4}
+    assert recurring["pipeline_spec"]["pipeline_spec"]["root"] == committed_docs()[0]["root"]
+
+    again = invoke(
+        "schedule",
+        "--host",
+        kfp_server.url,
+        "--package",
+        PACKAGE,
+        "--cron",
+        "0 0 3 * * 1",
+        "--catchup",
+    )
+    assert again.exit_code == 0, again.output
+    assert kfp_server.recurring_runs[1]["trigger"]["cron_schedule"]["cron"] == "0 0 3 * * 1"
+    assert kfp_server.recurring_runs[1]["no_catchup"] is False
+
+
+def test_run_without_package_compiles_for_the_image(kfp_server: FakeKfpServer) -> None:
+    result = invoke("run", "--host", kfp_server.url, "--image", "registry.example/ddp:1.2")
+    assert result.exit_code == 0, result.output
+    executors = kfp_server.runs[0]["pipeline_spec"]["pipeline_spec"]["deploymentSpec"]["executors"]
+    images = {e["container"]["image"] for e in executors.values()}
+    assert "registry.example/ddp:1.2" in images
+    assert "ghcr.io/kfp-ddp/kfp-ddp:0.1.0" not in images
+
+
+def test_host_from_env_and_token_sent_but_never_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeKfpServer(token="tok-SECRET-123") as server:
+        monkeypatch.setenv("KFP_HOST", server.url)
+        refused = invoke("run", "--package", PACKAGE)
+        assert_one_clear_error(refused, "refused the credentials", "401", "KFP_TOKEN")
+
+        monkeypatch.setenv("KFP_TOKEN", "tok-SECRET-123")
+        ok = invoke("run", "--package", PACKAGE)
+        assert ok.exit_code == 0, ok.output
+        assert server.requests_to("POST", "/runs")[0].headers["authorization"] == (
+            "Bearer tok-SECRET-123"
+        )
+        for result in (refused, ok):
+            assert "tok-SECRET-123" not in result.output
+
+
+def test_service_account_token_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("sa-token-xyz\n")
+    monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
+    with FakeKfpServer(token="sa-token-xyz") as server:
+        result = invoke("upload", "--host", server.url, "--package", PACKAGE)
+        assert result.exit_code == 0, result.output
+        assert server.requests_to("POST", "/pipelines/upload")[0].headers["authorization"] == (
+            "Bearer sa-token-xyz"
+        )
+        assert "sa-token-xyz" not in result.output
+
+
+def test_forbidden_is_one_clear_error() -> None:
+    with FakeKfpServer(forbidden=True) as server:
+        result = invoke("upload", "--host", server.url, "--package", PACKAGE)
+    assert_one_clear_error(result, "refused the credentials", "403")
+
+
+def test_unreachable_server_is_one_clear_error() -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    result = invoke("schedule", "--host", url, "--package", PACKAGE, "--cron", "0 2 * * *")
+    assert_one_clear_error(result, "cannot reach", url)
+
+
+def test_no_host_and_host_without_scheme() -> None:
+    assert_one_clear_error(invoke("run", "--package", PACKAGE), "--host", "KFP_HOST")
+    assert_one_clear_error(
+        invoke("run", "--package", PACKAGE, "--host", "localhost:8888"), "http://localhost:8888"
+    )
+
+
+def test_server_side_rejection_is_one_clear_error(kfp_server: FakeKfpServer) -> None:
+    kfp_server.pipelines["x"] = {"display_name": "dup", "versions": []}
+    kfp_server.pipelines["y"] = {"display_name": "dup", "versions": []}
+    result = invoke("upload", "--host", kfp_server.url, "--package", PACKAGE, "--name", "dup")
+    assert_one_clear_error(result, "Multiple pipelines")
+
+
+@pytest.mark.parametrize(
+    ("route", "status", "message", "needles"),
+    [
+        (
+            "POST /runs",
+            400,
+            "Invalid input error: epochs must be > 0",
+            ["HTTP 400", "epochs must be"],
+        ),
+        ("POST /runs", 403, "no access to namespace team-a", ["refused the credentials", "403"]),
+        ("GET /experiments", 500, "database is down", ["HTTP 500", "database is down"]),
+    ],
+)
+def test_api_errors_after_a_healthy_probe(
+    route: str, status: int, message: str, needles: list[str]
+) -> None:
+    with FakeKfpServer(reject={route: (status, message)}) as server:
+        result = invoke("run", "--host", server.url, "--package", PACKAGE, "-p", "epochs=0")
+    assert_one_clear_error(result, *needles)
+
+
+@pytest.mark.parametrize(
+    ("params", "needles"),
+    [
+        (["-p", "epochs=three"], ["'epochs'", "integer", "'three'"]),
+        (["-p", "lr=fast"], ["'lr'", "number"]),
+        (["-p", "bogus=1"], ["unknown pipeline parameter 'bogus'", "epochs", "data_uri"]),
+        (["-p", "epochs"], ["key=value"]),
+        (["-p", "epochs=1", "-p", "epochs=2"], ["given twice"]),
+    ],
+)
+def test_bad_parameters_are_refused_before_any_request(
+    kfp_server: FakeKfpServer, params: list[str], needles: list[str]
+) -> None:
+    result = invoke("run", "--host", kfp_server.url, "--package", PACKAGE, *params)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in result.output
+    assert kfp_server.requests == []
+
+
+def test_bad_cron_and_missing_package(kfp_server: FakeKfpServer, tmp_path: Path) -> None:
+    bad_cron = invoke("schedule", "--host", kfp_server.url, "--package", PACKAGE, "--cron", "2 * *")
+    assert bad_cron.exit_code == 2
+    assert "'0 2 * * *'" in bad_cron.output
+    missing = invoke("run", "--host", kfp_server.url, "--package", str(tmp_path / "nope.yaml"))
+    assert_one_clear_error(missing, "nope.yaml", "kfp-ddp compile")
+
+
+def test_console_script_exits_non_zero_without_traceback() -> None:
+    script = Path(sys.executable).with_name("kfp-ddp")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KFP_", "KF_PIPELINES"))}
+    url = f"http://127.0.0.1:{closed_port()}"
+    proc = subprocess.run(
+        [str(script), "run", "--host", url, "--package", PACKAGE],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        line for line in proc.stderr.strip().splitlines() if line.startswith("Error:")
+    ]
+    assert "cannot reach" in proc.stderr
+
+
+def test_disable_caching_walks_nested_dags() -> None:
+    from pipelines.cli import disable_caching
+
+    spec = json.loads(json.dumps(committed_docs()[0]))
+    assert disable_caching(spec) >= 5

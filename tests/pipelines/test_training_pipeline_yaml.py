@@ -1,0 +1,236 @@
+"""The training pipeline compiles, matches the committed YAML, parses as a PipelineSpec, and keeps
+its kfp-kubernetes settings (workspace PVC, S3 credentials from a Secret) without any secret."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from google.protobuf import json_format
+from kfp import compiler
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from pipelines.cli import DEFAULT_PACKAGE, main
+from pipelines.training import PIPELINE_NAME, WORKSPACE_MOUNT_PATH, build_training_pipeline
+
+EXPECTED_PARAMETERS = {
+    "data_uri": "STRING",
+    "s3_endpoint": "STRING",
+    "credentials_secret": "STRING",
+    "workspace_pvc": "STRING",
+    "workspace_path": "STRING",
+    "image": "STRING",
+    "namespace": "STRING",
+    "workers": "NUMBER_INTEGER",
+    "gpus_per_worker": "NUMBER_INTEGER",
+    "nproc_per_node": "NUMBER_INTEGER",
+    "model": "STRING",
+    "epochs": "NUMBER_INTEGER",
+    "batch_size": "NUMBER_INTEGER",
+    "lr": "NUMBER_DOUBLE",
+    "image_size": "NUMBER_INTEGER",
+    "checkpoint_interval": "NUMBER_INTEGER",
+    "trainer_args": "LIST",
+    "train_overrides": "STRING",
+    "retrain_token": "STRING",
+    "accuracy_threshold": "NUMBER_DOUBLE",
+    "baseline_uri": "STRING",
+    "tolerance": "NUMBER_DOUBLE",
+    "publish_uri": "STRING",
+    "backend": "STRING",
+}
+# Values that must never reach a compiled pipeline (the test S3 server's and AWS's doc examples).
+CREDENTIAL_PATTERNS = [
+    re.compile(r"AKIA[0-9A-Z]{16}"),
+    re.compile(r"wJalrXUtnFEMI"),
+    re.compile(r"aws_secret_access_key\s*[:=]", re.IGNORECASE),
+    re.compile(r"AWS_SECRET_ACCESS_KEY\s*[:=]\s*['\"]?[A-Za-z0-9/+]{20,}"),
+]
+
+
+def strip_sdk_version(text: str) -> str:
+    return re.sub(r"^sdkVersion: .*$", "sdkVersion: <stripped>", text, flags=re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("compiled") / "training_pipeline.yaml"
+    compiler.Compiler().compile(build_training_pipeline(), str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def docs(compiled: Path) -> tuple[dict, dict]:
+    pipeline_doc, platform_doc = [d for d in yaml.safe_load_all(compiled.read_text()) if d]
+    return pipeline_doc, platform_doc
+
+
+def test_committed_yaml_is_up_to_date(compiled: Path) -> None:
+    assert DEFAULT_PACKAGE.exists(), "run `kfp-ddp compile` and commit the YAML"
+    assert strip_sdk_version(DEFAULT_PACKAGE.read_text()) == strip_sdk_version(
+        compiled.read_text()
+    ), "pipelines/compiled/training_pipeline.yaml is stale: run `kfp-ddp compile` (make compile)"
+
+
+def test_parses_into_pipeline_spec_with_declared_parameters(docs: tuple[dict, dict]) -> None:
+    pipeline_doc, platform_doc = docs
+    spec = json_format.ParseDict(pipeline_doc, pipeline_spec_pb2.PipelineSpec())
+    json_format.ParseDict(platform_doc, pipeline_spec_pb2.PlatformSpec())
+    assert spec.pipeline_info.name == PIPELINE_NAME
+    declared = {
+        name: pipeline_spec_pb2.ParameterType.ParameterTypeEnum.Name(p.parameter_type)
+        for name, p in spec.root.input_definitions.parameters.items()
+    }
+    assert declared == EXPECTED_PARAMETERS
+    # Every parameter has a default, so a run needs no arguments at all.
+    assert all(p.HasField("default_value") for p in spec.root.input_definitions.parameters.values())
+
+
+def test_no_credential_values_anywhere(compiled: Path) -> None:
+    text = compiled.read_text()
+    for pattern in CREDENTIAL_PATTERNS:
+        assert not pattern.search(text), pattern.pattern
+    # The only mention of the key names is the Secret → env mapping of kfp-kubernetes.
+    _, platform_doc = [d for d in yaml.safe_load_all(text) if d]
+    for executor in platform_doc["platforms"]["kubernetes"]["deploymentSpec"]["executors"].values():
+        for secret in executor.get("secretAsEnv", []):
+            assert set(secret) <= {"keyToEnv", "optional", "secretNameParameter", "secretName"}
+
+
+def test_credentials_in_the_environment_never_reach_the_yaml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "KEYID-do-not-compile-7f3a")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "SECRET-do-not-compile-9c1e")
+    monkeypatch.setenv("KFP_TOKEN", "TOKEN-do-not-compile-2b4d")
+    path = tmp_path / "p.yaml"
+    result = CliRunner().invoke(main, ["compile", "--output", str(path)])
+    assert result.exit_code == 0, result.output
+    text = path.read_text()
+    for value in ("7f3a", "9c1e", "2b4d"):
+        assert value not in text
+
+
+def _tasks(pipeline_doc: dict) -> dict[str, dict]:
+    """Every task of every DAG, by task name."""
+    tasks = dict(pipeline_doc["root"]["dag"]["tasks"])
+    for component in pipeline_doc["components"].values():
+        tasks.update(component.get("dag", {}).get("tasks", {}))
+    return tasks
+
+
+def _executor_of(pipeline_doc: dict, task: dict) -> str:
+    return pipeline_doc["components"][task["componentRef"]["name"]]["executorLabel"]
+
+
+def test_structure_gate_retries_caching_and_exit_handler(docs: tuple[dict, dict]) -> None:
+    pipeline_doc, _ = docs
+    tasks = _tasks(pipeline_doc)
+    # sync → train → evaluate → (if passed) stage → publish, inside an exit handler.
+    assert tasks["pytorchjob-component"]["dependentTasks"] == ["s3-sync-component"]
+    assert tasks["evaluate-component"]["dependentTasks"] == ["pytorchjob-component"]
+    conditions = [
+        t["triggerPolicy"]["condition"]
+        for t in tasks.values()
+        if "condition" in t.get("triggerPolicy", {})
+    ]
+    assert conditions == [
+        "inputs.parameter_values['pipelinechannel--evaluate-component-Output'] == true"
+    ]
+    assert tasks["s3-sync-component-2"]["dependentTasks"] == ["stage-publish-folder"]
+    # Data-aware caching: the sync always runs, its digest is an input of the training step.
+    assert tasks["s3-sync-component"]["cachingOptions"] == {}
+    # Publishing happens in every run that passes (its own run-id prefix), never from a cache.
+    assert tasks["stage-publish-folder"]["cachingOptions"] == {}
+    assert tasks["s3-sync-component-2"]["cachingOptions"] == {}
+    assert tasks["pytorchjob-component"]["cachingOptions"] == {"enableCache": True}
+    digest = tasks["pytorchjob-component"]["inputs"]["parameters"]["data_digest"]
+    assert digest["taskOutputParameter"] == {
+        "outputParameterKey": "Output",
+        "producerTask": "s3-sync-component",
+    }
+    # The launcher step is retried (it re-attaches to its job).
+    assert tasks["pytorchjob-component"]["retryPolicy"]["maxRetryCount"] == 2
+    # The exit handler's task deletes leftover PyTorchJobs of this run.
+    root = pipeline_doc["root"]["dag"]["tasks"]
+    assert (
+        root["pytorchjob-cleanup-component"]["triggerPolicy"]["strategy"]
+        == "ALL_UPSTREAM_TASKS_COMPLETED"
+    )
+    run_id = root["pytorchjob-cleanup-component"]["inputs"]["parameters"]["run_id"]
+    assert run_id["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
+
+
+def test_kubernetes_platform_config(docs: tuple[dict, dict]) -> None:
+    pipeline_doc, platform_doc = docs
+    tasks = _tasks(pipeline_doc)
+    executors = platform_doc["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for task_name in (
+        "s3-sync-component",
+        "pytorchjob-component",
+        "evaluate-component",
+        "stage-publish-folder",
+        "s3-sync-component-2",
+    ):
+        config = executors[_executor_of(pipeline_doc, tasks[task_name])]
+        (mount,) = config["pvcMount"]
+        assert mount["mountPath"] == WORKSPACE_MOUNT_PATH
+        assert mount["pvcNameParameter"] == {
+            "componentInputParameter": "pipelinechannel--workspace_pvc"
+        }
+    for task_name in ("s3-sync-component", "s3-sync-component-2", "evaluate-component"):
+        (secret,) = executors[_executor_of(pipeline_doc, tasks[task_name])]["secretAsEnv"]
+        assert secret["secretNameParameter"] == {
+            "componentInputParameter": "pipelinechannel--credentials_secret"
+        }
+        assert {m["envVar"] for m in secret["keyToEnv"]} == {
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+        }
+    # The launcher talks to the cluster, never to S3: it gets no credentials.
+    assert "secretAsEnv" not in executors[_executor_of(pipeline_doc, tasks["pytorchjob-component"])]
+
+
+def test_run_scoped_workspace_variant(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    compiler.Compiler().compile(
+        build_training_pipeline(workspace_size="50Gi", storage_class="nfs"), str(path)
+    )
+    pipeline_doc, platform_doc = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    tasks = _tasks(pipeline_doc)
+    create = tasks["createpvc"]["inputs"]["parameters"]
+    assert create["size"]["runtimeValue"]["constant"] == "50Gi"
+    assert create["storage_class_name"]["runtimeValue"]["constant"] == "nfs"
+    assert create["access_modes"]["runtimeValue"]["constant"] == ["ReadWriteMany"]
+    deletes = [name for name in tasks if name.startswith("deletepvc")]
+    assert len(deletes) == 2  # after publishing, and when the gate fails
+    executors = platform_doc["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    mount = executors[_executor_of(pipeline_doc, tasks["pytorchjob-component"])]["pvcMount"][0]
+    assert mount["pvcNameParameter"] == {
+        "componentInputParameter": "pipelinechannel--createpvc-name"
+    }
+
+
+def test_image_is_a_compile_time_setting(tmp_path: Path) -> None:
+    out = tmp_path / "custom.yaml"
+    result = CliRunner().invoke(
+        main, ["compile", "--image", "reg.example/ddp:7", "--output", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    pipeline_doc = next(yaml.safe_load_all(out.read_text()))
+    images = {e["container"]["image"] for e in pipeline_doc["deploymentSpec"]["executors"].values()}
+    lightweight = {
+        e["container"]["image"]
+        for e in pipeline_doc["deploymentSpec"]["executors"].values()
+        if "executor_main" in " ".join(e["container"].get("command", []))
+    }
+    assert lightweight == {"reg.example/ddp:7"}
+    assert "reg.example/ddp:7" in images
+    defaults = pipeline_doc["root"]["inputDefinitions"]["parameters"]
+    assert defaults["image"]["defaultValue"] == "reg.example/ddp:7"
+    bad = CliRunner().invoke(main, ["compile", "--image", "has space", "--output", str(out)])
+    assert bad.exit_code == 1
+    assert "image=" in bad.output
