@@ -1,6 +1,8 @@
 """Helpers for KFP artifacts inside a running step (imports nothing from kfp: the executor has
 already imported it, and importing kfp.dsl modules from a step's body can hit a circular import)."""
 
+from pathlib import Path
+
 
 def write_metadata_file(artifact) -> None:
     """Write a metadata-only artifact's metadata (Metrics, ClassificationMetrics) to its path.
@@ -9,20 +11,6 @@ def write_metadata_file(artifact) -> None:
     ``kfp.local`` then treats the task's outputs as missing and never reuses a cached result.
     The JSON file makes the artifact real (and downloadable from the UI) on every backend.
     """
-    import json
-    import os
-    import tempfile
+    from trainer.atomic_files import write_json_atomic
 
-    folder = os.path.dirname(artifact.path) or "."
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".metadata.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(dict(artifact.metadata), handle, indent=2, sort_keys=True, default=str)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, artifact.path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_json_atomic(Path(artifact.path), dict(artifact.metadata))

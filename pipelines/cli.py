@@ -176,19 +176,10 @@ def disable_caching(pipeline_spec: dict) -> int:
 
 
 def write_yaml_atomically(docs: Sequence[dict], path: Path) -> None:
-    """Write YAML documents to ``path`` via a temp file in the same folder, fsync and rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w") as f:
-            yaml.safe_dump_all(docs, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write YAML documents to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    from trainer.atomic_files import write_text_atomic
+
+    write_text_atomic(path, yaml.safe_dump_all(docs, sort_keys=True))
 
 
 def compile_pipeline(output: Path, *, image: str = DEFAULT_IMAGE) -> Path:

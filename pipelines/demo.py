@@ -17,11 +17,9 @@ data, same settings) instead of starting again. ``--fresh`` starts from scratch.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -52,27 +50,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _write_json_atomically(data: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     """Run the demo and return its summary (also written to ``<output>/summary.json``)."""
     from components.s3_sync import sync
     from components.s3_sync.local_server import LocalS3Server
     from pipelines.digits import write_digits_image_folder
     from pipelines.training import run_local
+    from trainer.atomic_files import write_json_atomic
 
     started = time.monotonic()
     output = args.output.resolve()
@@ -144,7 +128,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "model_dir": str(run.model_dir) if run.model_dir else None,
         "run_dir": str(run.run_dir),
     }
-    _write_json_atomically(summary, output / "summary.json")
+    write_json_atomic(output / "summary.json", summary)
     return summary
 
 

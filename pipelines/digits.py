@@ -7,8 +7,6 @@ the S3 sync of a second demo run finds nothing to transfer.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -18,14 +16,10 @@ CLASS_NAMES = tuple(str(d) for d in range(10))
 
 
 def _write_png_atomically(pixels: np.ndarray, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            Image.fromarray(pixels, mode="L").save(f, format="PNG", optimize=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from trainer.atomic_files import write_atomic
+
+    image = Image.fromarray(pixels, mode="L")
+    write_atomic(path, lambda handle: image.save(handle, format="PNG", optimize=False))
 
 
 def write_digits_image_folder(

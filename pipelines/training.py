@@ -65,10 +65,10 @@ def stage_publish_folder(
     summary.json), the evaluation as ``eval.json`` and its page as ``report.html``. The
     destination is ``publish_uri/<run id>/`` so every run publishes to its own prefix.
     """
-    import json
-    import os
     import shutil
     from pathlib import Path
+
+    from trainer.atomic_files import write_json_atomic
 
     source = Path(model.path)
     target = Path(folder)
@@ -85,12 +85,7 @@ def stage_publish_folder(
         raise FileNotFoundError(f"model artifact {model.uri} has no files at {source}")
     evaluation = report.metadata.get("eval")
     if evaluation is not None:
-        tmp = target / ".eval.json.tmp"
-        with open(tmp, "w") as f:
-            json.dump(evaluation, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target / "eval.json")
+        write_json_atomic(target / "eval.json", evaluation)
     if Path(report.path).is_file():
         shutil.copy2(report.path, target / "report.html")
     destination = f"{publish_uri.rstrip('/')}/{run_id}/"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -516,23 +515,10 @@ class _ImageList:
 def write_eval_json(result: EvalResult, path: str | os.PathLike) -> Path:
     """Write ``result.to_dict()`` to ``path`` atomically (temp file, fsync, rename)."""
     path = Path(path)
-    atomic_write_text(path, json.dumps(result.to_dict(), indent=2) + "\n")
+    from trainer.atomic_files import write_text_atomic
+
+    write_text_atomic(path, json.dumps(result.to_dict(), indent=2) + "\n")
     return path
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` so that readers see the old file or the whole new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_baseline(uri: str) -> dict[str, Any] | None:

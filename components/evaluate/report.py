@@ -256,8 +256,8 @@ def write_report(
     title: str | None = None,
 ) -> Path:
     """Render the report and write it to ``path`` atomically."""
-    from components.evaluate.evaluate import atomic_write_text
+    from trainer.atomic_files import write_text_atomic
 
     path = Path(path)
-    atomic_write_text(path, render_report(result, metrics_jsonl=metrics_jsonl, title=title))
+    write_text_atomic(path, render_report(result, metrics_jsonl=metrics_jsonl, title=title))
     return path
