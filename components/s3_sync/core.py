@@ -614,19 +614,47 @@ class _Download:
         made_dirs: set[Path] = set()
         window = max(64, o.max_concurrency * 8)
         count_lock = threading.Lock()
+        # Group commit: verified small files wait in a batch; one syncfs() makes the whole batch
+        # durable, then they are renamed to their final names. A final name never points at
+        # data that is not on disk, at one flush per batch instead of one fsync per file.
+        batch: list[tuple[RemoteObject, str, Path, str | None, bool]] = []
+        commit_lock = threading.Lock()
 
-        def finish(item) -> None:
-            fut, ob, rel, tmp = item
-            try:
-                fut.result()
+        def commit(items) -> None:
+            if not items:
+                return
+            if not _syncfs(self.dest):
+                for _, _, tmp, _, durable in items:
+                    if not durable:
+                        _fsync_file(tmp)
+            for ob, rel, tmp, md5, _ in items:
                 final = self.dest / rel
-                md5 = self._verify(ob, tmp)
                 os.replace(tmp, final)
                 state.put(rel, os.stat(final), md5, ob.etag)
                 bar.file_done()
                 with count_lock:
                     report.transferred += 1
                     report.bytes_transferred += ob.size
+
+        def flush_batch() -> None:
+            with commit_lock:
+                items = batch[:]
+                batch.clear()
+                commit(items)
+
+        def finish(item) -> None:
+            fut, ob, rel, tmp = item
+            try:
+                fut.result()
+                durable = ob.size >= PART_SIZE  # big files: fsync overlapped with hashing
+                md5 = self._verify(ob, tmp, fsync=durable)
+                with commit_lock:
+                    batch.append((ob, rel, tmp, md5, durable))
+                    full = len(batch) >= COMMIT_BATCH or durable
+                    items = batch[:] if full else []
+                    if full:
+                        batch.clear()
+                    commit(items)
             except BaseException as exc:  # noqa: BLE001 - collected and reported below
                 for leftover in tmp.parent.glob(f"{glob_escape(tmp.name)}*"):
                     with contextlib.suppress(OSError):
@@ -635,6 +663,9 @@ class _Download:
 
         fins: list[Future] = []
         cancelled = True
+        # One random tag per sync keeps its temp names apart from another sync's in the same
+        # folder; within this sync the (shortened, digest-suffixed) final name is unique.
+        tag = secrets.token_hex(4)
         try:
             for ob, rel in todo:
                 final = self.dest / rel
@@ -642,7 +673,7 @@ class _Download:
                 if parent not in made_dirs:
                     parent.mkdir(parents=True, exist_ok=True)
                     made_dirs.add(parent)
-                tmp = parent / f".{_short(final.name)}.s3sync-{secrets.token_hex(4)}.tmp"
+                tmp = parent / f".{_short(final.name)}.s3sync-{tag}.tmp"
                 fut = engine.download(
                     self.src.bucket, ob.key, ob.size, ob.etag, str(tmp), bar.add_bytes
                 )
@@ -663,6 +694,7 @@ class _Download:
         finally:
             engine.shutdown(cancel=cancelled)
             finisher.shutdown(wait=True, cancel_futures=cancelled)
+            flush_batch()  # verified files are kept even when the sync stops early
             bar.close()
             for d in made_dirs:
                 _fsync_dir(d)
@@ -673,16 +705,17 @@ class _Download:
                 f"{errors[0]}"
             )
 
-    def _verify(self, ob: RemoteObject, tmp: Path) -> str | None:
-        """Check size and ETag of the downloaded temp file and fsync it; returns its MD5."""
+    def _verify(self, ob: RemoteObject, tmp: Path, *, fsync: bool = True) -> str | None:
+        """Check size and ETag of the downloaded temp file (and fsync it); returns its MD5."""
         size = os.path.getsize(tmp)
         if size != ob.size:
             raise S3SyncError(
                 f"s3://{self.src.bucket}/{ob.key}: got {size} bytes, the listing says {ob.size}; "
                 "the object changed during the sync or the transfer was cut - re-run"
             )
-        if size < PART_SIZE:
-            _fsync_file(tmp)
+        if size < PART_SIZE or not fsync:
+            if fsync:
+                _fsync_file(tmp)
             return self._check_etag(ob, tmp)
         with ThreadPoolExecutor(1) as syncer:  # big file: flush to disk while we hash
             flushed = syncer.submit(_fsync_file, tmp)
@@ -727,6 +760,28 @@ def _fsync_file(path: Path) -> None:
         os.fsync(fh.fileno())
 
 
+COMMIT_BATCH = 256
+"""Verified small downloads made durable together (one syncfs) before their renames."""
+
+
+def _syncfs(folder: Path) -> bool:
+    """Flush the file system holding ``folder`` (Linux syncfs(2)); False where unavailable."""
+    import ctypes
+
+    try:
+        syncfs = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return False
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return syncfs(fd) == 0
+    finally:
+        os.close(fd)
+
+
 def multipart_etag_parallel(path: str | os.PathLike, size: int, part_size: int) -> str:
     """``md5-of-part-md5s-N`` of a file, hashing its parts on several threads."""
     count = max(1, -(-size // part_size))
@@ -753,11 +808,13 @@ def multipart_etag_parallel(path: str | os.PathLike, size: int, part_size: int) 
 
 
 def _short(name: str, limit: int = 160) -> str:
-    """``name`` cut to at most ``limit`` UTF-8 bytes (temp names must fit in 255 bytes)."""
+    """``name`` cut to at most ``limit`` UTF-8 bytes (temp names must fit in 255 bytes); a cut
+    name ends with a digest of the whole name, so two long names never share a temp name."""
     raw = name.encode("utf-8", "surrogateescape")
     if len(raw) <= limit:
         return name
-    return raw[:limit].decode("utf-8", "ignore")
+    digest = hashlib.blake2s(raw, digest_size=4).hexdigest()
+    return raw[: limit - 9].decode("utf-8", "ignore") + "~" + digest
 
 
 def _wait(fut) -> None:

@@ -200,3 +200,16 @@ def test_custom_endpoint_by_hostname_uses_path_style(seeded, tmp_path, s3_env, m
         f"s3://{bucket}/data", tmp_path / "v", addressing_style="path", region="eu-west-1"
     )
     assert report.transferred == 6
+
+
+def test_long_names_sharing_a_long_prefix_do_not_share_a_temp_file(s3_env, bucket, tmp_path):
+    # Temp names are cut to fit the 255-byte limit; two names alike for the first 200 bytes must
+    # still download into separate temp files (and so into the right final files).
+    stem = "x" * 200
+    bodies = {f"{stem}-{i}.bin": f"body {i}".encode() * 100 for i in range(4)}
+    for name, body in bodies.items():
+        s3_env.client().put_object(Bucket=bucket, Key=f"long/{name}", Body=body)
+    report = sync(f"s3://{bucket}/long", tmp_path / "out")
+    assert report.transferred == 4
+    assert {n: (tmp_path / "out" / n).read_bytes() for n in bodies} == bodies
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
