@@ -113,6 +113,10 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     os.environ[key] = value
 
+    report = None
+    if run.report:  # KFP names the HTML artifact "report"; a copy a browser opens by its name
+        report = output / "report.html"
+        shutil.copyfile(run.report, report)
     summary = {
         "accuracy": run.metrics.get("accuracy"),
         "top5": run.metrics.get("top5"),
@@ -124,7 +128,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "world_size": int(run.training.get("world_size") or 0) or None,
         "data_sync": run.data_sync,
         "demo_wall_time_s": round(time.monotonic() - started, 1),
-        "report_html": str(run.report) if run.report else None,
+        "report_html": str(report) if report else None,
         "model_dir": str(run.model_dir) if run.model_dir else None,
         "run_dir": str(run.run_dir),
     }
