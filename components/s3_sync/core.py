@@ -230,6 +230,7 @@ def run_sync(options: SyncOptions) -> SyncReport:
             region=options.region,
             addressing_style=options.addressing_style,
             max_concurrency=options.max_concurrency,
+            engine=options.engine,
         )
     except S3SyncError:
         raise
@@ -381,10 +382,12 @@ class StateCache:
         self.dirty = True
 
     def save(self, keep: set[str] | None = None) -> None:
-        if not self.dirty and keep is None:
-            return
-        if keep is not None:
+        """Write the cache if it changed (``keep``: forget every other path)."""
+        if keep is not None and any(k not in keep for k in self.entries):
             self.entries = {k: v for k, v in self.entries.items() if k in keep}
+            self.dirty = True
+        if not self.dirty:
+            return
         payload = {"version": 1, "root": self.root, "remote": self.remote, "files": self.entries}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -500,21 +503,29 @@ class _Download:
         o, report = self.o, self.report
         if self.dest.exists() and not self.dest.is_dir():
             raise S3SyncError(f"destination {str(self.dest)!r} exists and is not a folder")
-        listing = self.conn.list_objects(self.src)
+        # The listing waits on the network (the GIL released): walk the destination meanwhile.
+        with ThreadPoolExecutor(1, thread_name_prefix="s3sync-list") as lister:
+            listed = lister.submit(self.conn.list_objects, self.src)
+            try:
+                local = (
+                    _walk_local(
+                        self.dest,
+                        follow_inside_links=False,
+                        refused=None,
+                        clean_temps=not o.dry_run,
+                    )
+                    if self.dest.is_dir()
+                    else {}
+                )
+                state = StateCache(self.dest, self.src.uri)
+            finally:
+                listing = listed.result()
         objs = [ob for ob in listing if ob.rel and o.selects(ob.rel)]
         report.files = len(objs)
         report.bytes_total = sum(ob.size for ob in objs)
         report.digest = listing_digest((ob.rel, ob.size, ob.etag) for ob in objs)
 
         dest_real = os.path.realpath(self.dest)
-        local = (
-            _walk_local(
-                self.dest, follow_inside_links=False, refused=None, clean_temps=not o.dry_run
-            )
-            if self.dest.is_dir()
-            else {}
-        )
-        state = StateCache(self.dest, self.src.uri)
         wanted: dict[str, RemoteObject] = {}
         dirs: set[str] = set()
         todo: list[tuple[RemoteObject, str]] = []
@@ -602,108 +613,158 @@ class _Download:
         return False
 
     def _transfer(self, todo: list[tuple[RemoteObject, str]], state: StateCache) -> None:
+        """Fetch ``todo``: this thread issues requests (at most ``window`` in flight); one
+        writer thread verifies each result, writes it under a temp name and commits batches."""
         o, report = self.o, self.report
         engine = make_engine(self.conn, engine=o.engine, max_concurrency=o.max_concurrency)
         report.engine = engine.name
         bar = Progress(
             total_files=len(todo), total_bytes=sum(ob.size for ob, _ in todo), mode=o.progress
         )
-        finisher = ThreadPoolExecutor(4, thread_name_prefix="s3sync-verify")
-        pending: deque[tuple[Future, RemoteObject, str, Path]] = deque()
         errors: list[S3SyncError] = []
-        made_dirs: set[Path] = set()
         window = max(64, o.max_concurrency * 8)
-        count_lock = threading.Lock()
+        dest = str(self.dest)
+        # Results travel in bulk: transfer threads append to `ready` and wake the writer once
+        # per WAKE_BATCH results (it also polls every few ms); the writer handles all that is
+        # ready, then wakes the issuing thread once. Thousands of small files thus cost a few
+        # hundred thread wake-ups instead of several per file.
+        ready: deque = deque()
+        wake = threading.Event()
+        room = threading.Condition()
+        counts = {"issued": 0, "handled": 0, "issuing": True}
         # Group commit: verified small files wait in a batch; one syncfs() makes the whole batch
         # durable, then they are renamed to their final names. A final name never points at
         # data that is not on disk, at one flush per batch instead of one fsync per file.
-        batch: list[tuple[RemoteObject, str, Path, str | None, bool]] = []
-        commit_lock = threading.Lock()
+        batch: list[tuple[RemoteObject, str, str, str | None, os.stat_result | None]] = []
 
-        def commit(items) -> None:
-            if not items:
+        def commit() -> None:
+            if not batch:
                 return
             if not _syncfs(self.dest):
-                for _, _, tmp, _, durable in items:
-                    if not durable:
+                for ob, _, tmp, _, _ in batch:
+                    if ob.size < PART_SIZE:  # big files were fsynced when verified
                         _fsync_file(tmp)
-            for ob, rel, tmp, md5, _ in items:
-                final = self.dest / rel
-                os.replace(tmp, final)
-                state.put(rel, os.stat(final), md5, ob.etag)
+            for ob, rel, tmp, md5, st in batch:
+                final = os.path.join(dest, rel)
+                os.replace(tmp, final)  # keeps the mtime: a stat from before is still right
+                state.put(rel, st or os.stat(final), md5, ob.etag)
+                report.transferred += 1
+                report.bytes_transferred += ob.size
                 bar.file_done()
-                with count_lock:
-                    report.transferred += 1
-                    report.bytes_transferred += ob.size
+            batch.clear()
 
-        def flush_batch() -> None:
-            with commit_lock:
-                items = batch[:]
-                batch.clear()
-                commit(items)
-
-        def finish(item) -> None:
-            fut, ob, rel, tmp = item
+        def finish(ob: RemoteObject, rel: str, tmp: str, data: bytes | None, error) -> None:
             try:
-                fut.result()
-                durable = ob.size >= PART_SIZE  # big files: fsync overlapped with hashing
-                md5 = self._verify(ob, tmp, fsync=durable)
-                with commit_lock:
-                    batch.append((ob, rel, tmp, md5, durable))
-                    full = len(batch) >= COMMIT_BATCH or durable
-                    items = batch[:] if full else []
-                    if full:
-                        batch.clear()
-                    commit(items)
+                if error is not None:
+                    raise error
+                st = None
+                if data is not None:  # a small object, in memory: verify, then write it
+                    md5 = self._verify_bytes(ob, data)
+                    st = _write_new(tmp, data)
+                    if md5 is None:  # not an MD5 ETag: check the file the usual way
+                        md5 = self._check_etag(ob, Path(tmp))
+                else:  # big files: fsync overlapped with hashing
+                    md5 = self._verify(ob, Path(tmp), fsync=ob.size >= PART_SIZE)
+                batch.append((ob, rel, tmp, md5, st))
+                if len(batch) >= COMMIT_BATCH or ob.size >= PART_SIZE:
+                    commit()
             except BaseException as exc:  # noqa: BLE001 - collected and reported below
-                for leftover in tmp.parent.glob(f"{glob_escape(tmp.name)}*"):
+                head, name = os.path.split(tmp)
+                for leftover in Path(head).glob(f"{glob_escape(name)}*"):
                     with contextlib.suppress(OSError):
                         leftover.unlink()
                 errors.append(self.conn.translate(exc, bucket=self.src.bucket, key=ob.key))
 
-        fins: list[Future] = []
+        def arrived(item) -> None:  # on a transfer thread
+            ready.append(item)
+            if len(ready) >= _WAKE_BATCH:
+                wake.set()
+
+        def write_loop() -> None:
+            try:
+                # every issued request calls back exactly once (with its data or its error)
+                while counts["issuing"] or counts["handled"] < counts["issued"]:
+                    wake.wait(_POLL_SECONDS)
+                    wake.clear()
+                    handled = 0
+                    while ready:
+                        try:
+                            finish(*ready.popleft())
+                        finally:
+                            handled += 1
+                        if handled == _WAKE_BATCH or not ready:  # let the issuer refill
+                            with room:
+                                counts["handled"] += handled
+                                room.notify()
+                            handled = 0
+            finally:
+                commit()  # verified files are kept even when the sync stops early
+
+        writer = threading.Thread(target=write_loop, name="s3sync-writer", daemon=True)
+        writer.start()
+        made_dirs: set[str] = set()
         cancelled = True
         # One random tag per sync keeps its temp names apart from another sync's in the same
         # folder; within this sync the (shortened, digest-suffixed) final name is unique.
         tag = secrets.token_hex(4)
         try:
             for ob, rel in todo:
-                final = self.dest / rel
-                parent = final.parent
+                head, name = os.path.split(rel)
+                parent = os.path.join(dest, head) if head else dest
                 if parent not in made_dirs:
-                    parent.mkdir(parents=True, exist_ok=True)
+                    os.makedirs(parent, exist_ok=True)
                     made_dirs.add(parent)
-                tmp = parent / f".{_short(final.name)}.s3sync-{tag}.tmp"
-                fut = engine.download(
-                    self.src.bucket, ob.key, ob.size, ob.etag, str(tmp), bar.add_bytes
-                )
-                pending.append((fut, ob, rel, tmp))
-                while len(pending) > window:
-                    item = pending.popleft()
-                    _wait(item[0])  # finish() reports a failure
-                    fins.append(finisher.submit(finish, item))
+                tmp = os.path.join(parent, f".{_short(name)}.s3sync-{tag}.tmp")
+                if counts["issued"] - counts["handled"] >= window:
+                    with room:  # wait until a quarter of the window is free again
+                        while counts["issued"] - counts["handled"] > window - window // 4:
+                            room.wait()
                 if errors:
                     break
-            while pending:
-                item = pending.popleft()
-                _wait(item[0])
-                fins.append(finisher.submit(finish, item))
-            for fin in fins:
-                fin.result()
-            cancelled = False
+                engine.download(
+                    self.src.bucket,
+                    ob.key,
+                    ob.size,
+                    ob.etag,
+                    tmp,
+                    bar.add_bytes,
+                    lambda data, error, item=(ob, rel, tmp): arrived((*item, data, error)),
+                )
+                counts["issued"] += 1
+            cancelled = bool(errors)
         finally:
             engine.shutdown(cancel=cancelled)
-            finisher.shutdown(wait=True, cancel_futures=cancelled)
-            flush_batch()  # verified files are kept even when the sync stops early
+            counts["issuing"] = False
+            wake.set()
+            writer.join()  # every issued request has called back and been handled
             bar.close()
             for d in made_dirs:
-                _fsync_dir(d)
+                _fsync_dir(Path(d))
             state.save()
         if errors:
             raise S3SyncError(
                 f"{len(errors)} of {len(todo)} download(s) from {self.src.uri} failed; first: "
                 f"{errors[0]}"
             )
+
+    def _verify_bytes(self, ob: RemoteObject, data: bytes) -> str | None:
+        """Check size and (single-part) ETag of a downloaded object's bytes; returns the MD5, or
+        None when the ETag is not an MD5 (then the caller checks the written file)."""
+        if len(data) != ob.size:
+            raise S3SyncError(
+                f"s3://{self.src.bucket}/{ob.key}: got {len(data)} bytes, the listing says "
+                f"{ob.size}; the object changed during the sync or the transfer was cut - re-run"
+            )
+        match = _ETAG_RE.match(ob.etag)
+        if not match or match.group(2) is not None:
+            return None
+        md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        if md5 != ob.etag:
+            raise S3SyncError(
+                f"s3://{self.src.bucket}/{ob.key}: MD5 {md5} != ETag {ob.etag}; "
+                "the download is corrupt or the object changed - re-run"
+            )
+        return md5
 
     def _verify(self, ob: RemoteObject, tmp: Path, *, fsync: bool = True) -> str | None:
         """Check size and ETag of the downloaded temp file (and fsync it); returns its MD5."""
@@ -755,6 +816,19 @@ class _Download:
         return None
 
 
+def _write_new(path: str, data: bytes) -> os.stat_result:
+    """Create ``path`` (it must not exist) holding ``data``; returns its stat. Made durable by
+    the batch commit."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as fh:
         os.fsync(fh.fileno())
@@ -762,6 +836,9 @@ def _fsync_file(path: Path) -> None:
 
 COMMIT_BATCH = 256
 """Verified small downloads made durable together (one syncfs) before their renames."""
+_WAKE_BATCH = 32
+"""Finished downloads that wake the writer thread (else it looks every _POLL_SECONDS)."""
+_POLL_SECONDS = 0.005
 
 
 def _syncfs(folder: Path) -> bool:
