@@ -455,6 +455,11 @@ class S3Connection:
                 f"{getattr(exc, 'message', exc)}; check --endpoint-url / AWS_ENDPOINT_URL_S3 / "
                 "AWS_ENDPOINT_URL, that the server is up and that the network allows it"
             )
+        if "CHECKSUM_MISMATCH" in crt_name or type(exc).__name__ == "FlexibleChecksumError":
+            return S3SyncError(
+                f"{where}: the bytes received do not match the object's S3 checksum "
+                f"({crt_name or exc}); the download is corrupt or the object changed - re-run"
+            )
         if isinstance(exc, bex.NoCredentialsError | bex.PartialCredentialsError):
             return S3SyncError(f"no S3 credentials found for {where} {at}: {CREDENTIAL_HINT}")
         if isinstance(

@@ -52,9 +52,11 @@ class CountingProxy:
 
     It passes the Host header through unchanged, so SigV4 signatures stay valid.
     ``counts``: Counter of "LIST", "GET", "HEAD", "PUT", "POST", "DELETE".
+    ``corrupt``: a byte string; an object GET whose body contains it gets one byte of it flipped
+    on the way (bit rot / a broken middlebox between S3 and us).
     """
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *, corrupt: bytes | None = None) -> None:
         target = urlsplit(upstream)
         self.counts: Counter[str] = Counter()
         lock = threading.Lock()
@@ -79,6 +81,8 @@ class CountingProxy:
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
+                if corrupt and kind == "GET" and corrupt in data:
+                    data = data.replace(corrupt, bytes([corrupt[0] ^ 1]) + corrupt[1:], 1)
                 self.send_response(resp.status, resp.reason)
                 for key, value in resp.getheaders():
                     if key.lower() not in ("transfer-encoding", "connection", "content-length"):

@@ -213,3 +213,38 @@ def test_long_names_sharing_a_long_prefix_do_not_share_a_temp_file(s3_env, bucke
     assert report.transferred == 4
     assert {n: (tmp_path / "out" / n).read_bytes() for n in bodies} == bodies
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("size", [40, 300 * 1024], ids=["in-memory", "via-temp-file"])
+def test_corrupted_download_is_refused_and_nothing_is_written(s3_env, bucket, tmp_path, size):
+    marker = b"FLIP-ME-IN-TRANSIT"
+    body = marker + os.urandom(size - len(marker))
+    s3_env.client().put_object(Bucket=bucket, Key="c/x.bin", Body=body)
+    s3_env.client().put_object(Bucket=bucket, Key="c/ok.bin", Body=b"fine")
+    out = tmp_path / "out"
+    with (
+        CountingProxy(s3_env.endpoint_url, corrupt=marker) as proxy,
+        pytest.raises(S3SyncError) as err,
+    ):
+        sync(f"s3://{bucket}/c", out, endpoint_url=proxy.endpoint_url)
+    assert "x.bin" in str(err.value) and "re-run" in str(err.value)
+    assert "ETag" in str(err.value) or "checksum" in str(err.value).lower()
+    assert not (out / "x.bin").exists()
+    assert (out / "ok.bin").read_bytes() == b"fine"  # the verified file is kept
+    assert [p.name for p in out.iterdir()] == ["ok.bin"]  # no temp file left behind
+    # without the corruption the next run completes the sync
+    assert sync(f"s3://{bucket}/c", out).transferred == 1
+    assert (out / "x.bin").read_bytes() == body
+
+
+def test_sizes_around_the_in_memory_limit_roundtrip(s3_env, bucket, tmp_path):
+    from components.s3_sync.transport import IN_MEMORY_MAX
+
+    bodies = {
+        f"m/{n}.bin": os.urandom(n)
+        for n in (0, 1, IN_MEMORY_MAX - 1, IN_MEMORY_MAX, IN_MEMORY_MAX + 1, 3 * IN_MEMORY_MAX)
+    }
+    put_objects(s3_env.client(), bucket, bodies)
+    report = sync(f"s3://{bucket}/m", tmp_path)
+    assert report.transferred == len(bodies)
+    assert read_tree(tmp_path) == {k[2:]: v for k, v in bodies.items()}
