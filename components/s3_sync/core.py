@@ -46,6 +46,7 @@ from components.s3_sync.transport import (
     S3Connection,
     S3Location,
     S3SyncError,
+    StreamedFile,
     make_engine,
     parse_s3_uri,
 )
@@ -640,10 +641,9 @@ class _Download:
         def commit() -> None:
             if not batch:
                 return
-            if not _syncfs(self.dest):
-                for ob, _, tmp, _, _ in batch:
-                    if ob.size < PART_SIZE:  # big files were fsynced when verified
-                        _fsync_file(tmp)
+            if not _syncfs(self.dest):  # no syncfs(2) here: one fsync per file
+                for _, _, tmp, _, _ in batch:
+                    _fsync_file(tmp)
             for ob, rel, tmp, md5, st in batch:
                 final = os.path.join(dest, rel)
                 os.replace(tmp, final)  # keeps the mtime: a stat from before is still right
@@ -658,7 +658,9 @@ class _Download:
                 if error is not None:
                     raise error
                 st = None
-                if data is not None:  # a small object, in memory: verify, then write it
+                if isinstance(data, StreamedFile):  # written and hashed as it arrived
+                    md5 = self._verify_streamed(ob, data)
+                elif data is not None:  # a small object, in memory: verify, then write it
                     md5 = self._verify_bytes(ob, data)
                     st = _write_new(tmp, data)
                     if md5 is None:  # not an MD5 ETag: check the file the usual way
@@ -765,6 +767,23 @@ class _Download:
                 "the download is corrupt or the object changed - re-run"
             )
         return md5
+
+    def _verify_streamed(self, ob: RemoteObject, got: StreamedFile) -> str | None:
+        """Check a download hashed on the way; hash the file where that was not possible."""
+        size = os.path.getsize(got.path)
+        if size != ob.size:
+            raise S3SyncError(
+                f"s3://{self.src.bucket}/{ob.key}: got {size} bytes, the listing says {ob.size}; "
+                "the object changed during the sync or the transfer was cut - re-run"
+            )
+        if got.etag is None or not _ETAG_RE.match(ob.etag):
+            return self._check_etag(ob, Path(got.path))
+        if got.etag != ob.etag:
+            raise S3SyncError(
+                f"s3://{self.src.bucket}/{ob.key}: the downloaded bytes have ETag {got.etag}, the "
+                f"object {ob.etag}; the download is corrupt or the object changed - re-run"
+            )
+        return got.md5
 
     def _verify(self, ob: RemoteObject, tmp: Path, *, fsync: bool = True) -> str | None:
         """Check size and ETag of the downloaded temp file (and fsync it); returns its MD5."""

@@ -202,6 +202,7 @@ def env_settings(
 
 _S3_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 _MD5_ETAG_RE = re.compile(r"^[0-9a-f]{32}$")
+_ETAG_PARTS_RE = re.compile(r"^[0-9a-f]{32}-\d+$")
 
 
 class _NotRaised(Exception):
@@ -622,11 +623,32 @@ class S3Connection:
     def first_part_size(self, bucket: str, key: str) -> int | None:
         """Size of part 1 of a multipart object (HEAD ?partNumber=1), or None if unknown."""
         try:
+            if self.env is not None:
+                return self._first_part_size_crt(bucket, key)
             resp = self.client.head_object(Bucket=bucket, Key=key, PartNumber=1)
         except Exception:  # noqa: BLE001 - not all servers support it; the caller falls back
             return None
         parts = resp.get("PartsCount")
         return int(resp["ContentLength"]) if parts else None
+
+    def _first_part_size_crt(self, bucket: str, key: str) -> int | None:
+        from awscrt.s3 import S3RequestType
+
+        got: dict[str, str] = {}
+
+        def on_headers(status_code, headers, **_) -> None:
+            if status_code in (200, 206):
+                got.update((k.lower(), v) for k, v in headers)
+
+        self.crt().make_request(
+            type=S3RequestType.DEFAULT,
+            request=self.crt_request("HEAD", bucket, key, query="partNumber=1"),
+            operation_name="HeadObject",
+            on_headers=on_headers,
+        ).finished_future.result()
+        if not got.get("x-amz-mp-parts-count"):
+            return None
+        return int(got["content-length"])
 
 
 class _DoneSubscriber:
@@ -649,6 +671,68 @@ class _DoneSubscriber:
             self._done.set_exception(exc)
         else:
             self._done.set_result(None)
+
+
+class StreamedFile:
+    """A download written to its temp file as the body arrives, hashed on the way.
+
+    After the transfer ``etag`` is the S3 ETag of the bytes (MD5, or ``md5-of-part-md5s-N``
+    for ``part_size``) and ``md5`` the whole file's MD5 (single-part objects), or None for
+    what could not be computed (multipart with an unknown part size, or a body that did not
+    arrive in order): the caller then hashes the file.
+    """
+
+    def __init__(self, path: str, part_size: int | None, *, multipart: bool) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        self.offset = 0
+        self.hashing = not multipart or part_size is not None  # else: unknown part size
+        self.part_size = part_size
+        self.multipart = multipart
+        self._hash = hashlib.md5(usedforsecurity=False)
+        self._in_part = 0
+        self._parts: list[bytes] = []
+        self.md5: str | None = None
+        self.etag: str | None = None
+
+    def write(self, chunk, offset: int, **_) -> None:
+        """The CRT's on_body callback (a transfer thread)."""
+        view = memoryview(chunk)
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self.fd, view[done:], offset + done)
+        if offset != self.offset:  # never seen: the CRT delivers bodies in order
+            self.hashing = False
+        self.offset = offset + len(view)
+        if not self.hashing:
+            return
+        if not self.multipart:
+            self._hash.update(view)
+            return
+        while view:  # split at the ETag's part boundaries
+            take = min(len(view), self.part_size - self._in_part)
+            self._hash.update(view[:take])
+            self._in_part += take
+            view = view[take:]
+            if self._in_part == self.part_size:
+                self._parts.append(self._hash.digest())
+                self._hash = hashlib.md5(usedforsecurity=False)
+                self._in_part = 0
+
+    def close(self, error: BaseException | None) -> BaseException | None:
+        try:
+            os.close(self.fd)
+        except OSError as exc:
+            error = error or exc
+        if error is None and self.hashing:
+            if not self.multipart:
+                self.md5 = self.etag = self._hash.hexdigest()
+            else:
+                if self._in_part:
+                    self._parts.append(self._hash.digest())
+                digest = hashlib.md5(b"".join(self._parts), usedforsecurity=False).hexdigest()
+                self.etag = f"{digest}-{len(self._parts)}"
+        return error
 
 
 def _relay(fut: Future, done) -> None:
@@ -787,39 +871,38 @@ class CrtEngine:
         Verifying the bytes is the caller's job (``_Download``)."""
         from awscrt.s3 import S3RequestType
 
-        if size >= PART_SIZE:
-            # Measured here: s3transfer's threaded ranged GETs write big files 2x faster than
-            # the CRT's recv_filepath path; the CRT wins on many small objects.
-            with self._lock:
-                if self._classic is None:
-                    self._classic = ClassicEngine(self.conn, max_concurrency=16)
-            self._classic.download(bucket, key, size, etag, temp_path, on_bytes, done)
-            return
-        chunks: list[bytes] | None = None
         if size <= IN_MEMORY_MAX and _MD5_ETAG_RE.match(etag):
             # The caller checks these bytes against the listed ETag, their MD5: that one check
             # covers integrity and "same version as listed", so no If-Match/checksum round (on
             # SeaweedFS they cost the server ~30% more per GET). A plain request (DEFAULT), not
             # the CRT's GET_OBJECT machinery with its part-size buffer per object.
-            chunks = []
-            kind, request, extra = (
-                S3RequestType.DEFAULT,
-                self.conn.crt_request("GET", bucket, key),
-                {},
-            )
+            chunks: list[bytes] = []
+            kind, request = S3RequestType.DEFAULT, self.conn.crt_request("GET", bucket, key)
+            extra: dict[str, Any] = {
+                "on_body": lambda chunk, **_: chunks.append(bytes(chunk)),
+            }
+            result = chunks
         else:
             headers = [("x-amz-checksum-mode", "ENABLED")]
             if etag:  # the bytes of the version we listed, or a clean 412
                 headers.append(("If-Match", f'"{etag}"'))
-            kind = S3RequestType.GET_OBJECT
+            kind = S3RequestType.GET_OBJECT  # parallel ranged GETs for big objects
             request = self.conn.crt_request("GET", bucket, key, headers)
             extra = {"checksum_config": self._get_checksums}
             if size <= IN_MEMORY_MAX:
                 chunks = []
+                extra["on_body"] = lambda chunk, **_: chunks.append(bytes(chunk))
+                result = chunks
             else:
-                extra["recv_filepath"] = temp_path
-        if chunks is not None:
-            extra["on_body"] = lambda chunk, **_: chunks.append(bytes(chunk))
+                # The CRT hands the body over in order: write it and hash it on the way (the
+                # ETag's part size from a HEAD for multipart objects), so the file is never
+                # read back. recv_filepath would cost 3x the system time and a re-read.
+                part_size = None
+                match = _ETAG_PARTS_RE.match(etag)
+                if match:
+                    part_size = self.conn.first_part_size(bucket, key)
+                result = stream = StreamedFile(temp_path, part_size, multipart=bool(match))
+                extra["on_body"] = stream.write
         token = object()
         ended: list[bool] = []
 
@@ -827,13 +910,22 @@ class CrtEngine:
             with self._lock:
                 self._inflight.pop(token, None)
                 ended.append(True)
+            if isinstance(result, StreamedFile):
+                error = result.close(error)
             if error is None:
                 on_bytes(size)
-            done(b"".join(chunks) if chunks is not None and error is None else None, error)
+                done(b"".join(result) if isinstance(result, list) else result, None)
+            else:
+                done(None, error)
 
-        meta = self.client.make_request(
-            type=kind, request=request, operation_name="GetObject", on_done=finished, **extra
-        )
+        try:
+            meta = self.client.make_request(
+                type=kind, request=request, operation_name="GetObject", on_done=finished, **extra
+            )
+        except BaseException:
+            if isinstance(result, StreamedFile):
+                result.close(None)
+            raise
         self._track(token, meta, ended)
 
     def upload(self, path: str, bucket: str, key: str, size: int, md5: str, on_bytes) -> Future:

@@ -215,11 +215,21 @@ def test_long_names_sharing_a_long_prefix_do_not_share_a_temp_file(s3_env, bucke
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
 
 
-@pytest.mark.parametrize("size", [40, 300 * 1024], ids=["in-memory", "via-temp-file"])
-def test_corrupted_download_is_refused_and_nothing_is_written(s3_env, bucket, tmp_path, size):
+@pytest.mark.parametrize(
+    ("size", "part_size"),
+    [(40, None), (300 * 1024, None), (9 * 2**20, None), (11 * 2**20, 5 * 2**20)],
+    ids=["in-memory", "streamed", "big-single-part", "big-multipart"],
+)
+def test_corrupted_download_is_refused_and_nothing_is_written(
+    s3_env, bucket, tmp_path, size, part_size
+):
     marker = b"FLIP-ME-IN-TRANSIT"
     body = marker + os.urandom(size - len(marker))
-    s3_env.client().put_object(Bucket=bucket, Key="c/x.bin", Body=body)
+    if part_size:
+        config = TransferConfig(multipart_threshold=part_size, multipart_chunksize=part_size)
+        s3_env.client().upload_fileobj(io.BytesIO(body), bucket, "c/x.bin", Config=config)
+    else:
+        s3_env.client().put_object(Bucket=bucket, Key="c/x.bin", Body=body)
     s3_env.client().put_object(Bucket=bucket, Key="c/ok.bin", Body=b"fine")
     out = tmp_path / "out"
     with (
