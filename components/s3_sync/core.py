@@ -635,41 +635,48 @@ class _Download:
         counts = {"issued": 0, "handled": 0, "issuing": True}
         # Group commit: verified small files wait in a batch; one syncfs() makes the whole batch
         # durable, then they are renamed to their final names. A final name never points at
-        # data that is not on disk, at one flush per batch instead of one fsync per file.
-        batch: list[tuple[RemoteObject, str, str, str | None, os.stat_result | None]] = []
+        # data that is not on disk, at one flush per batch instead of one fsync per file. A big
+        # file gets its own fsync instead (syncfs would also flush whatever else is dirty).
+        Item = tuple[RemoteObject, str, str, str | None, os.stat_result | None, bool]
+        batch: list[Item] = []
 
-        def commit() -> None:
-            if not batch:
-                return
-            if not _syncfs(self.dest):  # no syncfs(2) here: one fsync per file
-                for _, _, tmp, _, _ in batch:
+        def commit(items: list[Item]) -> None:
+            unsynced = [tmp for _, _, tmp, _, _, synced in items if not synced]
+            if unsynced and not _syncfs(self.dest):  # no syncfs(2) here: one fsync per file
+                for tmp in unsynced:
                     _fsync_file(tmp)
-            for ob, rel, tmp, md5, st in batch:
+            for ob, rel, tmp, md5, st, _ in items:
                 final = os.path.join(dest, rel)
                 os.replace(tmp, final)  # keeps the mtime: a stat from before is still right
                 state.put(rel, st or os.stat(final), md5, ob.etag)
                 report.transferred += 1
                 report.bytes_transferred += ob.size
                 bar.file_done()
-            batch.clear()
 
         def finish(ob: RemoteObject, rel: str, tmp: str, data: bytes | None, error) -> None:
             try:
                 if error is not None:
                     raise error
                 st = None
+                big = ob.size >= PART_SIZE
                 if isinstance(data, StreamedFile):  # written and hashed as it arrived
                     md5 = self._verify_streamed(ob, data)
+                    if big:
+                        _fsync_file(tmp)
                 elif data is not None:  # a small object, in memory: verify, then write it
                     md5 = self._verify_bytes(ob, data)
                     st = _write_new(tmp, data)
                     if md5 is None:  # not an MD5 ETag: check the file the usual way
                         md5 = self._check_etag(ob, Path(tmp))
-                else:  # big files: fsync overlapped with hashing
-                    md5 = self._verify(ob, Path(tmp), fsync=ob.size >= PART_SIZE)
-                batch.append((ob, rel, tmp, md5, st))
-                if len(batch) >= COMMIT_BATCH or ob.size >= PART_SIZE:
-                    commit()
+                else:  # written by the engine: hash it (big files: fsync alongside)
+                    md5 = self._verify(ob, Path(tmp), fsync=big)
+                if big:
+                    commit([(ob, rel, tmp, md5, st, True)])
+                    return
+                batch.append((ob, rel, tmp, md5, st, False))
+                if len(batch) >= COMMIT_BATCH:
+                    commit(batch)
+                    batch.clear()
             except BaseException as exc:  # noqa: BLE001 - collected and reported below
                 head, name = os.path.split(tmp)
                 for leftover in Path(head).glob(f"{glob_escape(name)}*"):
@@ -700,7 +707,12 @@ class _Download:
                                 room.notify()
                             handled = 0
             finally:
-                commit()  # verified files are kept even when the sync stops early
+                try:
+                    commit(batch)  # verified files are kept even when the sync stops early
+                except OSError as exc:
+                    errors.append(
+                        S3SyncError(f"could not move verified downloads into {dest}: {exc}")
+                    )
 
         writer = threading.Thread(target=write_loop, name="s3sync-writer", daemon=True)
         writer.start()

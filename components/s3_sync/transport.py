@@ -1,17 +1,21 @@
-"""Talking to S3: one shared client, clear errors, and the engines that move the bytes.
+"""Talking to S3: where and how (``S3Connection``), clear errors, and the engines that move
+the bytes.
 
-Two engines share one interface (``download(...)`` / ``upload(...)`` returning futures; a
-download's future gives the object's bytes for objects up to ``IN_MEMORY_MAX``, else None once
-the bytes are in the temp file):
+Two engines share one interface: ``download(..., done)`` calls ``done(data, error)`` once when
+the object has arrived (``data``: the bytes of an object up to ``IN_MEMORY_MAX``, a
+``StreamedFile`` already written and hashed, or None when the bytes are in the temp file);
+``upload(...)`` returns a future.
 
-- ``crt`` — s3transfer's ``CRTTransferManager`` on the AWS Common Runtime (``awscrt``): requests
-  are signed, sent, retried and split into parallel ranged parts in native threads, which is what
-  makes thousands of small objects fast from Python. Used when ``awscrt`` is importable.
-- ``classic`` — botocore + a thread pool: small objects with one GET/PUT each on a shared client
-  with a large connection pool, big ones through s3transfer's ``TransferManager`` (multipart,
-  parallel ranged GETs).
+- ``crt`` — the AWS Common Runtime's S3 client (``awscrt.s3``): requests are signed, sent,
+  retried (the CRT's exponential backoff, ``AWS_MAX_ATTEMPTS`` attempts) and split into
+  parallel ranged parts / multipart uploads in native threads, which is what makes thousands of
+  small objects fast from Python. Used when ``awscrt`` is importable.
+- ``classic`` — botocore (its retry modes) + a thread pool: small objects with one GET/PUT each
+  on a shared client with a large connection pool, big ones through s3transfer's
+  ``TransferManager`` (multipart, parallel ranged GETs).
 
-Neither engine is hand-written multipart or retry code; both verify transfers (see sync.py).
+Neither engine is hand-written multipart or retry code; the caller verifies every download
+(see core.py).
 """
 
 from __future__ import annotations
@@ -682,8 +686,9 @@ class StreamedFile:
     arrive in order): the caller then hashes the file.
     """
 
-    def __init__(self, path: str, part_size: int | None, *, multipart: bool) -> None:
+    def __init__(self, path: str, part_size: int | None, *, multipart: bool, on_bytes=None) -> None:
         self.path = path
+        self.on_bytes = on_bytes
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         self.offset = 0
         self.hashing = not multipart or part_size is not None  # else: unknown part size
@@ -704,6 +709,8 @@ class StreamedFile:
         if offset != self.offset:  # never seen: the CRT delivers bodies in order
             self.hashing = False
         self.offset = offset + len(view)
+        if self.on_bytes is not None:
+            self.on_bytes(len(view))
         if not self.hashing:
             return
         if not self.multipart:
@@ -840,7 +847,7 @@ class ClassicEngine:
 
 class CrtEngine:
     """The AWS CRT S3 client (``awscrt.s3``): native event loops sign, send, retry and split
-    objects into parallel ranged GETs / multipart PUTs, and write/read the files themselves.
+    objects into parallel ranged GETs / multipart PUTs; bodies come to Python in order.
 
     Per object, Python only builds a small HTTP request; the bucket's address (endpoint,
     addressing style, region) and the credentials come from the connection (botocore's or the
@@ -856,7 +863,6 @@ class CrtEngine:
         self.client = conn.crt()
         self._lock = threading.Lock()
         self._inflight: dict = {}
-        self._classic: ClassicEngine | None = None
         self._get_checksums = S3ChecksumConfig(validate_response=True)
         self._put_checksums = S3ChecksumConfig(
             algorithm=S3ChecksumAlgorithm.CRC32, location=S3ChecksumLocation.TRAILER
@@ -901,7 +907,9 @@ class CrtEngine:
                 match = _ETAG_PARTS_RE.match(etag)
                 if match:
                     part_size = self.conn.first_part_size(bucket, key)
-                result = stream = StreamedFile(temp_path, part_size, multipart=bool(match))
+                result = stream = StreamedFile(
+                    temp_path, part_size, multipart=bool(match), on_bytes=on_bytes
+                )
                 extra["on_body"] = stream.write
         token = object()
         ended: list[bool] = []
@@ -913,7 +921,8 @@ class CrtEngine:
             if isinstance(result, StreamedFile):
                 error = result.close(error)
             if error is None:
-                on_bytes(size)
+                if not isinstance(result, StreamedFile):  # that one counted as it went
+                    on_bytes(size)
                 done(b"".join(result) if isinstance(result, list) else result, None)
             else:
                 done(None, error)
@@ -981,8 +990,6 @@ class CrtEngine:
         for meta in inflight:
             with contextlib.suppress(Exception):
                 meta.finished_future.result(timeout=30)
-        if self._classic is not None:
-            self._classic.shutdown(cancel=cancel)
 
 
 def make_engine(conn: S3Connection, *, engine: str, max_concurrency: int):
