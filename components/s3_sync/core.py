@@ -583,6 +583,12 @@ class _Download:
                 os.unlink(self.dest / rel)
                 report.deleted += 1
                 state.entries.pop(rel, None)
+        if to_delete:  # folders emptied by the deletions go too (not those the source has)
+            needed = parents | {p for d in dirs for p in (*_parents(d), d)}
+            emptied = {p for rel in to_delete for p in _parents(rel)} - needed
+            for folder in sorted(emptied, key=lambda p: p.count("/"), reverse=True):
+                with contextlib.suppress(OSError):  # not empty (e.g. unselected files): kept
+                    os.rmdir(self.dest / folder)
         state.save(keep=keep)
         return report
 

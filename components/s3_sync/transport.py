@@ -454,6 +454,13 @@ class S3Connection:
             bex = _NoBotocoreErrors
         from_crt = type(exc).__module__.startswith("awscrt")
         crt_name = str(getattr(exc, "name", "")) if from_crt else ""
+        if crt_name.startswith("AWS_IO_TLS_") or type(exc).__name__ == "SSLError":
+            return S3SyncError(
+                f"TLS with the S3 endpoint {self.endpoint} failed (for {where}): "
+                f"{crt_name + ': ' if crt_name else ''}{getattr(exc, 'message', exc)}; if the "
+                "server's certificate comes from a CA of your own, point AWS_CA_BUNDLE at that "
+                "CA's PEM file; else check --endpoint-url (https:// vs http://)"
+            )
         if crt_name.startswith(_CONNECT_ERRORS):
             return S3SyncError(
                 f"cannot reach the S3 endpoint {self.endpoint} (for {where}): {crt_name}: "

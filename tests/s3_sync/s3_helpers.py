@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import ssl
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -54,9 +55,17 @@ class CountingProxy:
     ``counts``: Counter of "LIST", "GET", "HEAD", "PUT", "POST", "DELETE".
     ``corrupt``: a byte string; an object GET whose body contains it gets one byte of it flipped
     on the way (bit rot / a broken middlebox between S3 and us).
+    ``tls``: (certificate file, key file): serve HTTPS at ``https://localhost:PORT`` (an S3
+    behind a certificate of its own CA, like many MinIO setups).
     """
 
-    def __init__(self, upstream: str, *, corrupt: bytes | None = None) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        corrupt: bytes | None = None,
+        tls: tuple[str, str] | None = None,
+    ) -> None:
         target = urlsplit(upstream)
         self.counts: Counter[str] = Counter()
         lock = threading.Lock()
@@ -97,7 +106,13 @@ class CountingProxy:
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint_url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        port = self.server.server_address[1]
+        self.endpoint_url = f"http://127.0.0.1:{port}"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.endpoint_url = f"https://localhost:{port}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> CountingProxy:
@@ -107,3 +122,45 @@ class CountingProxy:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def self_signed_cert(folder: Path) -> tuple[str, str]:
+    """A CA-less self-signed certificate for ``localhost``/127.0.0.1: (cert file, key file)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "s3-cert.pem", folder / "s3-key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(cert_file), str(key_file)

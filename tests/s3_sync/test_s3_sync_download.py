@@ -118,6 +118,18 @@ def test_delete_removes_only_extra_files_inside_destination(seeded, tmp_path):
     assert report.deleted == 2
     assert not (dest / "stale.txt").exists() and not (dest / "train/cat/stale.png").exists()
     assert (dest / "keep.tmp").exists() and outside.read_text() == "never touched"
+    # folders emptied by --delete go; folders the source has, or with kept files, stay
+    (dest / "gone/deeper").mkdir(parents=True)
+    (dest / "gone/deeper/x.txt").write_text("x")
+    (dest / "gone/y.txt").write_text("y")
+    (dest / "half/sub").mkdir(parents=True)
+    (dest / "half/sub/z.txt").write_text("z")
+    (dest / "half/keep.tmp").write_text("excluded, so kept")
+    (dest / "train/dog/extra.png").write_text("x")
+    report = sync(f"s3://{bucket}/data", dest, delete=True, exclude=["*keep.tmp"])
+    assert report.deleted == 4
+    assert not (dest / "gone").exists() and not (dest / "half/sub").exists()
+    assert (dest / "half/keep.tmp").exists() and (dest / "train/dog/1.png").exists()
     # without --delete nothing is removed
     (dest / "again.txt").write_text("x")
     assert sync(f"s3://{bucket}/data", dest).deleted == 0 and (dest / "again.txt").exists()
