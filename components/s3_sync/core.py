@@ -8,15 +8,19 @@ How it decides, in one listing pass of each side:
   inside it) keyed by (relative path, size, mtime_ns), so a re-run with nothing changed stats
   files, reads no data and sends no GET/PUT. Without the cache (a fresh pod) files whose size
   matches are hashed instead: still no request.
-- *Integrity*: a download goes to a temp name in the destination folder, is checked (size, then
-  the ETag: MD5 for single-part objects, ``md5-of-part-md5s-N`` for multipart ones; S3 checksums
-  are checked on the way by botocore/the CRT), fsynced and only then renamed to its final name.
-  Temp files left by an interrupted run are removed by the next run, which fetches those objects
-  again. An upload carries Content-MD5 / CRC32 that the server checks.
+- *Integrity*: a download is checked before it gets its final name: size, then the ETag (MD5
+  for single-part objects, ``md5-of-part-md5s-N`` for multipart ones; where the ETag is no MD5,
+  S3 checksums and ``If-Match`` are checked on the way by the CRT/botocore). Small objects are
+  checked in memory and then written to a temp name in the destination folder; bigger ones
+  stream into the temp file and are hashed as they arrive. Verified files are made durable
+  (one syncfs per batch of small files, an fsync per big one) and only then renamed. Temp files
+  left by an interrupted run are removed by the next run, which fetches those objects again. An
+  upload carries Content-MD5 / CRC32 that the server checks.
 - *Safety*: keys that would land outside the destination (``..`` segments, absolute paths,
   backslashes, NUL, empty or ``.`` segments, or a path through a symlink) are refused, reported
   and never written. Uploads never follow a symlink out of the source folder. ``delete`` only
-  removes files under the destination folder / keys under the destination prefix.
+  removes files (and the folders that this empties) under the destination folder / keys under
+  the destination prefix.
 """
 
 from __future__ import annotations
