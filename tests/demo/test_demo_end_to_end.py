@@ -10,11 +10,12 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.terminal import module_command
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +25,7 @@ DEMO_EPOCHS = "5"
 
 def _demo(output: Path, *args: str, **kwargs) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "pipelines.demo", "--output", str(output), *args],
+        module_command("pipelines.demo", "--output", str(output), *args),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -6,13 +6,13 @@ import hashlib
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from components.s3_sync import sync
 from tests.s3_sync.s3_helpers import read_tree
+from tests.terminal import module_command
 
 BIG = 160 * 1024 * 1024
 
@@ -44,7 +44,7 @@ def test_killed_download_leaves_no_partial_file_and_rerun_completes(
     bucket, big_md5 = big_object
     dest = tmp_path / "dest"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "components.s3_sync", f"s3://{bucket}/ds", str(dest), "-q"],
+        module_command("components.s3_sync", f"s3://{bucket}/ds", str(dest), "-q"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
