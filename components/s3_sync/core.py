@@ -52,6 +52,7 @@ from components.s3_sync.transport import (
     S3SyncError,
     StreamedFile,
     make_engine,
+    multipart_candidates,
     parse_s3_uri,
 )
 
@@ -334,18 +335,6 @@ def local_content_id(path: str | os.PathLike, size: int) -> str:
     if size < PART_SIZE:
         return content_etag(path, part_size=None)
     return multipart_etag_parallel(path, size, PART_SIZE)
-
-
-def multipart_candidates(size: int, parts: int, hint: int | None = None) -> list[int]:
-    """Part sizes that split ``size`` bytes into exactly ``parts`` parts (likely ones first)."""
-    out: list[int] = []
-    common = [hint] if hint else []
-    common += [PART_SIZE, 5 * 2**20, 16 * 2**20, 15 * 2**20, 32 * 2**20, 64 * 2**20, 100 * 2**20]
-    common += [8 * 10**6, 16 * 10**6, 10 * 2**20, 128 * 2**20, 256 * 2**20, 512 * 2**20]
-    for ps in common:
-        if ps and ps not in out and -(-size // ps) == parts:
-            out.append(ps)
-    return out
 
 
 # -- local state cache ----------------------------------------------------------------------
@@ -799,6 +788,9 @@ class _Download:
                 "the object changed during the sync or the transfer was cut - re-run"
             )
         if got.etag is None or not _ETAG_RE.match(ob.etag):
+            return self._check_etag(ob, Path(got.path))
+        if got.etag != ob.etag and "-" in ob.etag:
+            # hashed with the likeliest part size; ask S3 for the real one and hash again
             return self._check_etag(ob, Path(got.path))
         if got.etag != ob.etag:
             raise S3SyncError(

@@ -78,6 +78,18 @@ def parse_s3_uri(uri: str) -> S3Location:
     return S3Location(bucket=bucket, prefix=prefix)
 
 
+def multipart_candidates(size: int, parts: int, hint: int | None = None) -> list[int]:
+    """Part sizes that split ``size`` bytes into exactly ``parts`` parts (likely ones first)."""
+    out: list[int] = []
+    common = [hint] if hint else []
+    common += [PART_SIZE, 5 * 2**20, 16 * 2**20, 15 * 2**20, 32 * 2**20, 64 * 2**20, 100 * 2**20]
+    common += [8 * 10**6, 16 * 10**6, 10 * 2**20, 128 * 2**20, 256 * 2**20, 512 * 2**20]
+    for ps in common:
+        if ps and ps not in out and -(-size // ps) == parts:
+            out.append(ps)
+    return out
+
+
 def crt_available() -> bool:
     """Whether the AWS CRT (``awscrt``, installed with ``botocore[crt]``) is importable."""
     try:
@@ -907,13 +919,15 @@ class CrtEngine:
                 extra["on_body"] = lambda chunk, **_: chunks.append(bytes(chunk))
                 result = chunks
             else:
-                # The CRT hands the body over in order: write it and hash it on the way (the
-                # ETag's part size from a HEAD for multipart objects), so the file is never
-                # read back. recv_filepath would cost 3x the system time and a re-read.
+                # The CRT hands the body over in order: write it and hash it on the way, so the
+                # file is never read back (recv_filepath would also cost 3x the system time).
+                # A multipart ETag is hashed with the likeliest part size for its part count;
+                # if that was not it, the caller asks S3 (HEAD ?partNumber=1) and re-hashes.
                 part_size = None
                 match = _ETAG_PARTS_RE.match(etag)
                 if match:
-                    part_size = self.conn.first_part_size(bucket, key)
+                    likely = multipart_candidates(size, int(etag.rsplit("-", 1)[1]))
+                    part_size = likely[0] if likely else None
                 result = stream = StreamedFile(
                     temp_path, part_size, multipart=bool(match), on_bytes=on_bytes
                 )
