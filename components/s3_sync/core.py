@@ -382,25 +382,14 @@ class StateCache:
             self.dirty = True
         if not self.dirty:
             return
+        from trainer.atomic_files import write_atomic
+
         payload = {"version": 1, "root": self.root, "remote": self.remote, "files": self.entries}
+        data = json.dumps(payload, separators=(",", ":")).encode()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(self.path, json.dumps(payload, separators=(",", ":")).encode())
+            write_atomic(self.path, lambda handle: handle.write(data))
         except OSError as exc:  # no writable cache: the next run hashes instead
             log.debug("s3-sync: could not save %s: %s", self.path, exc)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.parent / f".{path.name}.s3sync-{secrets.token_hex(4)}.tmp"
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -760,14 +749,17 @@ class _Download:
                 f"{errors[0]}"
             )
 
+    def _check_size(self, ob: RemoteObject, size: int) -> None:
+        if size != ob.size:
+            raise S3SyncError(
+                f"s3://{self.src.bucket}/{ob.key}: got {size} bytes, the listing says {ob.size}; "
+                "the object changed during the sync or the transfer was cut - re-run"
+            )
+
     def _verify_bytes(self, ob: RemoteObject, data: bytes) -> str | None:
         """Check size and (single-part) ETag of a downloaded object's bytes; returns the MD5, or
         None when the ETag is not an MD5 (then the caller checks the written file)."""
-        if len(data) != ob.size:
-            raise S3SyncError(
-                f"s3://{self.src.bucket}/{ob.key}: got {len(data)} bytes, the listing says "
-                f"{ob.size}; the object changed during the sync or the transfer was cut - re-run"
-            )
+        self._check_size(ob, len(data))
         match = _ETAG_RE.match(ob.etag)
         if not match or match.group(2) is not None:
             return None
@@ -781,12 +773,7 @@ class _Download:
 
     def _verify_streamed(self, ob: RemoteObject, got: StreamedFile) -> str | None:
         """Check a download hashed on the way; hash the file where that was not possible."""
-        size = os.path.getsize(got.path)
-        if size != ob.size:
-            raise S3SyncError(
-                f"s3://{self.src.bucket}/{ob.key}: got {size} bytes, the listing says {ob.size}; "
-                "the object changed during the sync or the transfer was cut - re-run"
-            )
+        self._check_size(ob, os.path.getsize(got.path))
         if got.etag is None or not _ETAG_RE.match(ob.etag):
             return self._check_etag(ob, Path(got.path))
         if got.etag != ob.etag and "-" in ob.etag:
@@ -802,11 +789,7 @@ class _Download:
     def _verify(self, ob: RemoteObject, tmp: Path, *, fsync: bool = True) -> str | None:
         """Check size and ETag of the downloaded temp file (and fsync it); returns its MD5."""
         size = os.path.getsize(tmp)
-        if size != ob.size:
-            raise S3SyncError(
-                f"s3://{self.src.bucket}/{ob.key}: got {size} bytes, the listing says {ob.size}; "
-                "the object changed during the sync or the transfer was cut - re-run"
-            )
+        self._check_size(ob, size)
         if size < PART_SIZE or not fsync:
             if fsync:
                 _fsync_file(tmp)
