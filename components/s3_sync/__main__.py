@@ -1,8 +1,10 @@
 """CLI: ``python -m components.s3_sync SOURCE DEST [--endpoint-url URL] [--include GLOB]...
-[--exclude GLOB]... [--delete] [--dry-run]``.
+[--exclude GLOB]... [--delete [--max-delete N|P%]] [--dry-run] [--json] [-q]``.
 
-Prints one summary line on stdout and exits 0; on failure prints one ``error:`` line on stderr
-and exits 1 (2 for bad arguments, 130 on Ctrl-C).
+Prints one summary line on stdout and exits 0 (with ``--dry-run`` also one ``would transfer`` /
+``would delete`` line per path on stderr). On failure it prints one ``error:`` line on stderr
+and exits 2 for bad arguments (including a malformed s3:// URI, both sides local or both S3,
+and deletions that need ``--max-delete``), 1 for a failed sync, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ import gc
 import json
 import logging
 import sys
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
 class _OrderedFilter(argparse.Action):
@@ -24,16 +30,20 @@ class _OrderedFilter(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kfp_ddp import __version__
+
     p = argparse.ArgumentParser(
         prog="python -m components.s3_sync",
         description="Sync s3://bucket/prefix <-> a local folder (incremental, verified, atomic).",
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("source", help="s3://bucket/prefix or a local folder")
     p.add_argument("destination", help="a local folder or s3://bucket/prefix")
     p.add_argument(
         "--endpoint-url",
         default=None,
-        help="S3 endpoint (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL / AWS config / AWS)",
+        help="S3 endpoint (default: as botocore finds it: AWS_ENDPOINT_URL_S3, "
+        "AWS_ENDPOINT_URL, the AWS config, else AWS)",
     )
     # Like `aws s3 sync`: everything is selected, then each --include/--exclude, in the order
     # given, re-selects or drops the keys it matches (the last match wins).
@@ -54,22 +64,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="drop keys matching GLOB (e.g. --exclude '*' --include '*.png' syncs only PNGs)",
     )
     p.add_argument("--delete", action="store_true", help="remove destination files not in source")
-    p.add_argument("--dry-run", action="store_true", help="show what would change; change nothing")
-    p.add_argument("--region", default=None)
+    p.add_argument(
+        "--max-delete",
+        default=None,
+        metavar="N|P%",
+        help="with --delete: allow at most N deletions, or P%% of the destination's files "
+        "(default: 50%% of them or 10 files, whichever is more; an empty source is always "
+        "refused unless --max-delete allows deleting everything)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="list what would change; change nothing")
+    p.add_argument("--region", default=None, help="signing region (default: the AWS config's)")
     p.add_argument("--addressing-style", choices=("auto", "path", "virtual"), default=None)
-    p.add_argument("--max-concurrency", type=int, default=32)
+    p.add_argument("--max-concurrency", type=int, default=32, help="transfers in flight")
     p.add_argument("--engine", choices=("auto", "crt", "classic"), default="auto")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
     return p
 
 
+def options_from_args(args: argparse.Namespace):
+    """The ``SyncOptions`` that the parsed command line asks for."""
+    from components.s3_sync.options import SyncOptions
+
+    return SyncOptions(
+        source=args.source,
+        destination=args.destination,
+        endpoint_url=args.endpoint_url,
+        filters=args.filters,
+        delete=args.delete,
+        max_delete=args.max_delete,
+        dry_run=args.dry_run,
+        region=args.region,
+        addressing_style=args.addressing_style,
+        max_concurrency=args.max_concurrency,
+        progress=False if args.quiet else None,
+        engine=args.engine,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    # A sync allocates a few small objects per file and creates no garbage cycles to speak of:
-    # the cyclic GC's frequent passes over everything imported are pure overhead here.
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 50)
+    args = build_parser().parse_args(argv)  # exits 2 on a usage error, 0 for -h/--version
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(message)s",
@@ -78,36 +112,35 @@ def main(argv: list[str] | None = None) -> int:
     # botocore/urllib3 debug logs could carry request headers; keep them quiet.
     for noisy in ("botocore", "boto3", "s3transfer", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from components.s3_sync.core import SyncOptions, run_sync
-    from components.s3_sync.transport import S3SyncError
+    from components.s3_sync.api import run_sync
+    from components.s3_sync.errors import S3SyncError, S3SyncUsageError
 
     try:
-        options = SyncOptions(
-            source=args.source,
-            destination=args.destination,
-            endpoint_url=args.endpoint_url,
-            filters=args.filters,
-            delete=args.delete,
-            dry_run=args.dry_run,
-            region=args.region,
-            addressing_style=args.addressing_style,
-            max_concurrency=args.max_concurrency,
-            progress=False if args.quiet else None,
-            engine=args.engine,
-        )
-        report = run_sync(options)
+        report = run_sync(options_from_args(args))
+    except S3SyncUsageError as exc:
+        print(f"s3-sync: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except S3SyncError as exc:
         print(f"s3-sync: error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("s3-sync: interrupted; re-run to complete the sync", file=sys.stderr)
-        return 130
-    if args.json:
-        print(json.dumps(report.to_dict()))
-    else:
-        print(f"s3-sync: {report.summary()}")
+        return EXIT_INTERRUPTED
+    for rel in report.would_transfer:
+        print(f"s3-sync: would transfer {rel}", file=sys.stderr)
+    for rel in report.would_delete:
+        print(f"s3-sync: would delete {rel}", file=sys.stderr)
+    print(json.dumps(report.to_dict()) if args.json else f"s3-sync: {report.summary()}")
     return 0
 
 
+def _tune_gc() -> None:
+    """A sync allocates a few small objects per file and creates no garbage cycles to speak of:
+    the cyclic GC's frequent passes over everything imported are pure overhead here."""
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 50)
+
+
 if __name__ == "__main__":
+    _tune_gc()
     sys.exit(main())

@@ -23,11 +23,31 @@ def s3_sync_component(
     exclude: list,
     delete: bool,
     dataset: Output[Dataset],
+    max_delete: str = "",
+    dry_run: bool = False,
 ) -> str:
-    """Sync ``source`` to ``destination`` (s3://bucket/prefix <-> a folder); returns the digest.
+    """Sync source to destination (s3://bucket/prefix to a folder, or back); returns the digest.
 
-    ``endpoint_url`` "" means the standard AWS env/config. The Dataset artifact's metadata holds
-    source, destination, files, bytes, digest and transferred (its URI points at the local side).
+    Credentials come from the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, e.g. from a
+    Kubernetes Secret), never from parameters.
+
+    Args:
+        source: s3://bucket/prefix or a folder to copy from.
+        destination: a folder or s3://bucket/prefix to copy to (the other side of source).
+        endpoint_url: URL of an S3-compatible endpoint (MinIO, SeaweedFS...); empty for the
+            standard AWS environment and config.
+        include: glob patterns of relative paths to sync (empty: everything).
+        exclude: glob patterns of relative paths to leave out.
+        delete: delete destination files the source lacks; an empty source is refused, and so
+            are more deletions than max_delete allows.
+        max_delete: the most files delete may remove: "N" files or "P%" of the destination's;
+            empty for the default (50% of the destination's files or 10, whichever is more).
+        dry_run: list what would change and change nothing.
+
+    Returns:
+        dataset: the synced data, its URI on the local side; metadata: source, destination,
+            files, bytes, digest, transferred, skipped, deleted, refused, seconds, dry_run.
+        Output: the digest of the source listing (keys, sizes, ETags): a caching key.
     """
     from components.s3_sync import sync
 
@@ -38,8 +58,14 @@ def s3_sync_component(
         include=list(include or []),
         exclude=list(exclude or []),
         delete=bool(delete),
+        max_delete=max_delete or None,
+        dry_run=bool(dry_run),
         progress=False,
     )
+    for rel in report.would_transfer:
+        print(f"s3-sync: would transfer {rel}")
+    for rel in report.would_delete:
+        print(f"s3-sync: would delete {rel}")
     dataset.metadata.update(
         {
             "source": source,
@@ -52,6 +78,7 @@ def s3_sync_component(
             "deleted": report.deleted,
             "refused": len(report.refused),
             "seconds": round(report.seconds, 3),
+            "dry_run": report.dry_run,
         }
     )
     print(f"s3-sync: {report.summary()}")

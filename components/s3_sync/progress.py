@@ -13,12 +13,11 @@ LOG_EVERY_S = 5.0
 """Seconds between two progress log lines when stderr is not a terminal."""
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
+def format_bytes(n: float) -> str:
+    """``1.50MB``: tqdm's byte counts (powers of 1024)."""
+    from tqdm import tqdm
+
+    return tqdm.format_sizeof(n, "B", 1024)
 
 
 class Progress:
@@ -79,8 +78,8 @@ class Progress:
         else:
             eta = "?"
         return (
-            f"s3-sync: {self.files}/{self.total_files} files, {_human(self.bytes)}/"
-            f"{_human(self.total_bytes)}, {_human(rate)}/s, ETA {eta}"
+            f"s3-sync: {self.files}/{self.total_files} files, {format_bytes(self.bytes)}/"
+            f"{format_bytes(self.total_bytes)}, {format_bytes(rate)}/s, ETA {eta}"
         )
 
     def _maybe_log(self) -> None:

@@ -42,7 +42,18 @@ def test_compiles_with_secret_references_only(tmp_path, s3_env):
     for secret in (s3_env.access_key, s3_env.secret_key):
         assert secret not in text
     inputs = docs[0]["components"]["comp-s3-sync-component"]["inputDefinitions"]["parameters"]
-    assert set(inputs) == {"source", "destination", "endpoint_url", "include", "exclude", "delete"}
+    assert set(inputs) == {
+        "source",
+        "destination",
+        "endpoint_url",
+        "include",
+        "exclude",
+        "delete",
+        "max_delete",
+        "dry_run",
+    }
+    # the new knobs are optional: a pipeline that does not pass them keeps working
+    assert inputs["max_delete"]["isOptional"] and inputs["dry_run"]["isOptional"]
 
 
 def test_runs_in_kfp_local_against_the_server(s3_env, bucket, tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 from components.s3_sync import S3SyncError, SyncReport, sync
-from components.s3_sync.core import state_path
+from components.s3_sync.hash_cache import hash_cache_path
 from tests.s3_sync.s3_helpers import CountingProxy, put_objects, read_tree
 
 
@@ -57,7 +57,7 @@ def test_noop_resync_lists_once_and_transfers_nothing(seeded, tmp_path, s3_env):
 def test_files_present_without_state_are_hashed_not_fetched(seeded, tmp_path, s3_env):
     _, bucket, _ = seeded
     sync(f"s3://{bucket}/data/", tmp_path)
-    state_path(tmp_path).unlink()
+    hash_cache_path(tmp_path).unlink()
     with CountingProxy(s3_env.endpoint_url) as proxy:
         again = sync(f"s3://{bucket}/data/", tmp_path, endpoint_url=proxy.endpoint_url)
     assert again.transferred == 0 and again.skipped == 6
@@ -260,7 +260,7 @@ def test_corrupted_download_is_refused_and_nothing_is_written(
 
 
 def test_sizes_around_the_in_memory_limit_roundtrip(s3_env, bucket, tmp_path):
-    from components.s3_sync.transport import IN_MEMORY_MAX
+    from components.s3_sync.engine import IN_MEMORY_MAX
 
     bodies = {
         f"m/{n}.bin": os.urandom(n)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from components.s3_sync import S3SyncError, sync
-from components.s3_sync.local_server import LocalS3Server
+from kfp_ddp.local_s3 import LocalS3Server
 
 READER = {"accessKey": "READERKEY0000000", "secretKey": "reader-secret-do-not-print"}
 
@@ -122,6 +122,6 @@ def test_cli_success_summary_json_and_dry_run(s3_env, bucket, tmp_path):
 
 def test_cli_bad_arguments_exit_2(tmp_path):
     proc = _cli(str(tmp_path), str(tmp_path / "b"))
-    assert proc.returncode == 1 and "exactly one side" in proc.stderr
+    assert proc.returncode == 2 and "exactly one side" in proc.stderr
     proc = _cli("s3://b/x")
     assert proc.returncode == 2

@@ -16,7 +16,7 @@ def test_log_lines_have_files_bytes_rate_eta(caplog, monkeypatch):
     bar.file_done()
     bar.close()
     line = caplog.records[-1].getMessage()
-    assert "1/4 files" in line and "1.0 KB/4.0 KB" in line and "/s" in line and "ETA" in line
+    assert "1/4 files" in line and "1.00kB/4.00kB" in line and "/s" in line and "ETA" in line
 
 
 def test_tqdm_bar_on_request(capsys):

@@ -9,7 +9,7 @@ import pytest
 from botocore.config import Config
 
 from components.s3_sync import sync
-from components.s3_sync.core import safe_relative_path
+from components.s3_sync.selection import safe_relative_path
 from tests.s3_sync.s3_helpers import list_keys, put_objects, read_tree
 
 EVIL_KEYS = [

@@ -1,16 +1,18 @@
-"""How the connection settings are found: from the environment alone (no botocore) only when
-that gives exactly what botocore would; otherwise botocore. Both ways against the real server."""
+"""Every connection setting comes from botocore (its sources and precedence), against the real
+server: endpoint, region, addressing style, credentials (static and refreshable), retries."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from components.s3_sync import S3SyncError, sync
-from components.s3_sync.transport import S3Connection, env_settings
+from components.s3_sync import S3SyncUsageError, sync
+from components.s3_sync.connection import DEFAULT_MAX_ATTEMPTS, S3Connection
+from components.s3_sync.listing import list_objects
+from components.s3_sync.s3_uri import parse_s3_uri
+from tests.s3_sync.s3_helpers import put_objects
 
 ENV_NAMES = (
     "AWS_ACCESS_KEY_ID",
@@ -39,162 +41,87 @@ def clean_env(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
+    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path / "cache"))
     return monkeypatch
 
 
-def _settings(**kw):
-    return env_settings(
-        endpoint_url=kw.get("endpoint_url"),
-        region=kw.get("region"),
-        addressing_style=kw.get("addressing_style"),
-    )
+def _connect(**kw) -> S3Connection:
+    args = {"endpoint_url": None, "region": None, "addressing_style": None, "max_concurrency": 4}
+    return S3Connection(**{**args, **kw})
 
 
-def _with_keys(env) -> None:
-    env.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
-    env.setenv("AWS_SECRET_ACCESS_KEY", "secret-example")
+def _with_keys(env, server=None) -> None:
+    env.setenv("AWS_ACCESS_KEY_ID", server.access_key if server else "AKIDEXAMPLE")
+    env.setenv("AWS_SECRET_ACCESS_KEY", server.secret_key if server else "secret-example")
 
 
-def test_env_decides_a_self_hosted_endpoint(clean_env):
-    _with_keys(clean_env)
-    clean_env.setenv("AWS_ENDPOINT_URL", "http://generic:1")
-    clean_env.setenv("AWS_ENDPOINT_URL_S3", "http://s3-specific:2/")
-    got = _settings()
-    assert got is not None
-    assert (got.endpoint, got.region, got.addressing_style) == (
-        "http://s3-specific:2",
-        "us-east-1",
-        "path",
-    )
-    assert got.max_attempts == 4 and got.session_token is None
-    assert _settings(endpoint_url="https://arg:3").endpoint == "https://arg:3"
-    clean_env.delenv("AWS_ENDPOINT_URL_S3")
-    assert _settings().endpoint == "http://generic:1"
-    clean_env.setenv("AWS_DEFAULT_REGION", "eu-west-1")
-    clean_env.setenv("AWS_REGION", "ignored-by-botocore-for-s3")
-    clean_env.setenv("AWS_MAX_ATTEMPTS", "7")
-    clean_env.setenv("AWS_SESSION_TOKEN", "tok")
-    got = _settings(addressing_style="virtual")
-    assert (got.region, got.max_attempts, got.session_token) == ("eu-west-1", 7, "tok")
-    assert got.addressing_style == "virtual"
-    assert _settings(region="ap-south-1").region == "ap-south-1"
-
-
-@pytest.mark.parametrize(
-    "case",
-    [
-        "no-keys",
-        "only-access-key",
-        "aws-itself",
-        "ignore-configured-endpoints",
-        "auto-addressing",
-        "fips",
-        "bad-max-attempts",
-        "missing-profile",
-        "profile-with-s3-settings",
-        "profile-with-role",
-        "profile-with-endpoint",
-    ],
-)
-def test_anything_else_is_left_to_botocore(clean_env, tmp_path, case):
-    _with_keys(clean_env)
+def test_endpoint_precedence_is_botocores(clean_env, s3_server, tmp_path):
+    """AWS_ENDPOINT_URL_S3 before AWS_ENDPOINT_URL; the argument before both."""
+    _with_keys(clean_env, s3_server)
+    bucket = s3_server.create_bucket("endpoint-precedence")
+    s3_server.client().put_object(Bucket=bucket, Key="d/a.txt", Body=b"a")
+    clean_env.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    clean_env.setenv("AWS_ENDPOINT_URL_S3", s3_server.endpoint_url)
+    assert _connect().endpoint == s3_server.endpoint_url
+    assert sync(f"s3://{bucket}/d", tmp_path / "one").transferred == 1
     clean_env.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
-    config = tmp_path / "aws-config"
-    kw = {}
-    if case == "no-keys":
-        clean_env.delenv("AWS_ACCESS_KEY_ID")
-        clean_env.delenv("AWS_SECRET_ACCESS_KEY")
-    elif case == "only-access-key":
-        clean_env.delenv("AWS_SECRET_ACCESS_KEY")
-    elif case == "aws-itself":
-        clean_env.delenv("AWS_ENDPOINT_URL_S3")
-    elif case == "ignore-configured-endpoints":
-        clean_env.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
-    elif case == "auto-addressing":
-        kw["addressing_style"] = "auto"
-    elif case == "fips":
-        clean_env.setenv("AWS_USE_FIPS_ENDPOINT", "true")
-    elif case == "bad-max-attempts":
-        clean_env.setenv("AWS_MAX_ATTEMPTS", "many")
-    elif case == "missing-profile":
-        clean_env.setenv("AWS_PROFILE", "nope")
-    elif case == "profile-with-s3-settings":
-        config.write_text("[default]\nregion = eu-west-1\ns3 =\n  addressing_style = virtual\n")
-    elif case == "profile-with-role":
-        clean_env.setenv("AWS_PROFILE", "dev")
-        config.write_text("[profile dev]\nrole_arn = arn:aws:iam::1:role/x\nsource_profile = a\n")
-    elif case == "profile-with-endpoint":
-        config.write_text("[default]\nendpoint_url = http://elsewhere:1\n")
-    assert _settings(**kw) is None
+    report = sync(f"s3://{bucket}/d", tmp_path / "two", endpoint_url=s3_server.endpoint_url)
+    assert report.transferred == 1
 
 
-def test_a_profile_that_only_sets_a_region_is_read(clean_env, tmp_path):
-    _with_keys(clean_env)
-    clean_env.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
+def test_endpoint_from_a_services_section_of_the_aws_config(clean_env, s3_server, tmp_path):
+    _with_keys(clean_env, s3_server)
+    bucket = s3_server.create_bucket("services-section")
+    s3_server.client().put_object(Bucket=bucket, Key="d/a.txt", Body=b"a")
     (tmp_path / "aws-config").write_text(
-        "[default]\nregion = eu-north-1\noutput = json\n\n[profile dev]\nregion = sa-east-1\n"
+        "[default]\nservices = local\nregion = eu-north-1\n\n"
+        f"[services local]\ns3 =\n  endpoint_url = {s3_server.endpoint_url}\n"
     )
-    assert _settings().region == "eu-north-1"
+    conn = _connect()
+    assert (conn.endpoint, conn.region) == (s3_server.endpoint_url, "eu-north-1")
+    assert sync(f"s3://{bucket}/d", tmp_path / "out").transferred == 1
+    assert (tmp_path / "out" / "a.txt").read_bytes() == b"a"
+
+
+def test_region_and_attempts_follow_botocores_precedence(clean_env, tmp_path):
+    _with_keys(clean_env)
+    clean_env.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
+    conn = _connect()
+    assert (conn.region, conn.settings.max_attempts) == ("us-east-1", DEFAULT_MAX_ATTEMPTS)
+    (tmp_path / "aws-config").write_text(
+        "[default]\nregion = eu-north-1\nmax_attempts = 6\n\n[profile dev]\nregion = sa-east-1\n"
+    )
+    conn = _connect()
+    assert (conn.region, conn.settings.max_attempts) == ("eu-north-1", 6)
+    assert conn.client.meta.config.retries["total_max_attempts"] == 6
     clean_env.setenv("AWS_PROFILE", "dev")
-    assert _settings().region == "sa-east-1"
-    clean_env.setenv("AWS_DEFAULT_REGION", "us-west-2")  # the env wins, as in botocore
-    assert _settings().region == "us-west-2"
+    assert _connect().region == "sa-east-1"
+    clean_env.setenv("AWS_DEFAULT_REGION", "us-west-2")  # the env wins over the profile
+    clean_env.setenv("AWS_MAX_ATTEMPTS", "2")
+    conn = _connect()
+    assert (conn.region, conn.settings.max_attempts) == ("us-west-2", 2)
+    assert _connect(region="ap-south-1").region == "ap-south-1"  # the argument wins
 
 
 @pytest.mark.parametrize(
-    ("endpoint", "style"),
+    ("config", "style", "want_host"),
     [
-        ("http://127.0.0.1:9000", None),
-        ("http://127.0.0.1:9000", "path"),
-        ("http://minio.internal:9000/", "path"),
-        ("http://minio.internal:9000", "virtual"),
-        ("https://storage.example.com/s3", "path"),
-        ("https://storage.example.com", "virtual"),
+        ("", None, "localhost:{port}"),  # a custom endpoint: path style, as botocore does
+        ("[default]\ns3 =\n  addressing_style = virtual\n", None, "data.localhost:{port}"),
+        ("[default]\ns3 =\n  addressing_style = virtual\n", "path", "localhost:{port}"),
+        ("", "virtual", "data.localhost:{port}"),
     ],
+    ids=["default", "profile-virtual", "argument-wins", "argument-virtual"],
 )
-def test_bucket_addresses_equal_botocores(clean_env, endpoint, style):
+def test_addressing_style_from_the_profile_or_the_argument(
+    clean_env, tmp_path, config, style, want_host
+):
     _with_keys(clean_env)
-    kw = dict(endpoint_url=endpoint, region=None, addressing_style=style, max_concurrency=4)
-    ours = S3Connection(**kw)
-    assert ours.env is not None
-    theirs = S3Connection(**kw, engine="classic")  # botocore resolves it
-    assert theirs.env is None
-    assert ours.region == theirs.region
-    for bucket in ("data", "my-bucket-01"):
-        assert ours.bucket_base(bucket) == theirs.bucket_base(bucket), bucket
-    assert ours._client is None  # no botocore client was needed
-
-
-def test_virtual_addressing_refuses_a_bucket_that_is_no_dns_name(clean_env):
-    _with_keys(clean_env)
-    conn = S3Connection(
-        endpoint_url="https://storage.example.com",
-        region=None,
-        addressing_style="virtual",
-        max_concurrency=4,
-    )
-    with pytest.raises(S3SyncError, match="addressing-style path"):
-        conn.bucket_base("dotted.bucket.name")
-
-
-def test_cli_never_loads_botocore_for_a_self_hosted_endpoint(s3_env, bucket, tmp_path):
-    s3_env.client().put_object(Bucket=bucket, Key="d/a.txt", Body=b"a")
-    s3_env.client().put_object(Bucket=bucket, Key="d/sub dir/b+c.txt", Body=b"bc")
-    script = textwrap.dedent(
-        f"""
-        import sys
-        from components.s3_sync.__main__ import main
-        for _ in range(2):  # a download, then a no-op re-sync
-            assert main(["--quiet", "s3://{bucket}/d", {str(tmp_path / "out")!r}]) == 0
-        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("botocore", "boto3"))
-        print("LOADED", loaded)
-        """
-    )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert "LOADED []" in proc.stdout
-    assert "transferred 2 of 2" in proc.stdout and "transferred 0 of 2" in proc.stdout
-    assert (tmp_path / "out" / "sub dir" / "b+c.txt").read_bytes() == b"bc"
+    (tmp_path / "aws-config").write_text(config)
+    conn = _connect(endpoint_url="http://localhost:9000", addressing_style=style)
+    host, path = conn.bucket_base("data")
+    assert host == want_host.format(port=9000)
+    assert path == ("/" if host.startswith("data.") else "/data/")
 
 
 def test_credentials_from_a_profile_go_through_botocore(s3_env, bucket, tmp_path, monkeypatch):
@@ -212,7 +139,7 @@ def test_credentials_from_a_profile_go_through_botocore(s3_env, bucket, tmp_path
     config.write_text("[profile team]\ns3 =\n  addressing_style = path\n")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
     conn = S3Connection(endpoint_url=None, region=None, addressing_style=None, max_concurrency=4)
-    assert conn.env is None and conn.endpoint == s3_env.endpoint_url
+    assert conn.endpoint == s3_env.endpoint_url
     s3_env.client().put_object(Bucket=bucket, Key="p/x.bin", Body=b"x" * 5000)
     report = sync(f"s3://{bucket}/p", tmp_path / "down")
     assert report.transferred == 1 and report.engine == "crt"
@@ -220,6 +147,66 @@ def test_credentials_from_a_profile_go_through_botocore(s3_env, bucket, tmp_path
     (tmp_path / "down" / "y.bin").write_bytes(b"y")
     assert sync(tmp_path / "down", f"s3://{bucket}/p").transferred == 1
     assert s3_env.client().get_object(Bucket=bucket, Key="p/y.bin")["Body"].read() == b"y"
+
+
+def test_refreshable_credentials_reach_the_crt_through_botocore(s3_env, bucket, tmp_path):
+    """A credential_process with an expiry gives botocore refreshable credentials: the CRT asks
+    botocore for them per request (SSO and assumed roles work the same way)."""
+    script = tmp_path / "creds.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import json
+            print(json.dumps({{"Version": 1, "AccessKeyId": {s3_env.access_key!r},
+                               "SecretAccessKey": {s3_env.secret_key!r},
+                               "Expiration": "2999-01-01T00:00:00Z"}}))
+            """
+        )
+    )
+    config = tmp_path / "config"
+    config.write_text(f"[profile proc]\ncredential_process = {sys.executable} {script}\n")
+    s3_env.client().put_object(Bucket=bucket, Key="r/a.bin", Body=b"r" * 3000)
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("AWS_ACCESS_KEY_ID")
+        env.delenv("AWS_SECRET_ACCESS_KEY")
+        env.setenv("AWS_CONFIG_FILE", str(config))
+        env.setenv("AWS_PROFILE", "proc")
+        conn = S3Connection(
+            endpoint_url=None, region=None, addressing_style=None, max_concurrency=4
+        )
+        from botocore.credentials import RefreshableCredentials
+
+        assert isinstance(conn.session.get_credentials(), RefreshableCredentials)
+        report = sync(f"s3://{bucket}/r", tmp_path / "down", engine="crt")
+        assert report.transferred == 1
+        (tmp_path / "down" / "b.bin").write_bytes(b"b")
+        assert sync(tmp_path / "down", f"s3://{bucket}/r", engine="crt").transferred == 1
+    assert (tmp_path / "down" / "a.bin").read_bytes() == b"r" * 3000
+    assert s3_env.client().get_object(Bucket=bucket, Key="r/b.bin")["Body"].read() == b"b"
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "named"),
+    [
+        ("AWS_PROFILE", "no-such-profile", "AWS_PROFILE"),
+        ("endpoint_url", "not a url", "endpoint_url='not a url'"),
+        ("AWS_MAX_ATTEMPTS", "many", "AWS_MAX_ATTEMPTS"),
+    ],
+)
+def test_unusable_settings_are_usage_errors_that_name_them(
+    clean_env, tmp_path, setting, value, named
+):
+    _with_keys(clean_env)
+    clean_env.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
+    kw = {}
+    if setting == "endpoint_url":
+        kw["endpoint_url"] = value
+    else:
+        clean_env.setenv(setting, value)
+    with pytest.raises(S3SyncUsageError) as err:
+        sync("s3://some-bucket/x", tmp_path / "out", **kw)
+    assert named in str(err.value)
+    assert not (tmp_path / "out").exists()
 
 
 def test_listing_a_prefix_with_reserved_characters(s3_env, bucket, tmp_path):
@@ -230,3 +217,15 @@ def test_listing_a_prefix_with_reserved_characters(s3_env, bucket, tmp_path):
     assert report.transferred == 2
     assert (tmp_path / "a=1&b.txt").read_bytes() == b"1"
     assert (tmp_path / "ü" / "é.txt").read_bytes() == b"2"
+
+
+def test_both_listings_agree(s3_env, bucket):
+    """The CRT listing (CRT engine) and botocore's (classic engine) see the same objects."""
+    keys = [f"l/{i:04d} +%&=ü.txt" for i in range(1003)] + ["l/sub/\x01ctl.txt", "l/"]
+    put_objects(s3_env.client(), bucket, {k: k.encode() for k in keys})
+    conn = _connect()
+    loc = parse_s3_uri(f"s3://{bucket}/l")
+    crt = list_objects(conn, loc, engine="crt")
+    classic = list_objects(conn, loc, engine="classic")
+    assert sorted(crt) == sorted(classic) and len(crt) == len(keys)
+    assert {o.key for o in crt} == set(keys)

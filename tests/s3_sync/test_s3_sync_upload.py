@@ -7,7 +7,7 @@ import os
 import pytest
 
 from components.s3_sync import S3SyncError, sync
-from components.s3_sync.core import content_etag
+from components.s3_sync.hashing import content_etag
 from tests.s3_sync.s3_helpers import CountingProxy, list_keys, md5
 
 
@@ -103,3 +103,20 @@ def test_options_are_validated(tmp_path):
     for bad in ({"engine": "fast"}, {"max_concurrency": 0}, {"addressing_style": "odd"}):
         with pytest.raises(S3SyncError, match=next(iter(bad))):
             SyncOptions(source="s3://b/p", destination=str(tmp_path), **bad)
+
+
+def test_a_downloaded_big_file_uploads_once(s3_env, bucket, tmp_path):
+    """A big object stored with one PUT: the download caches the file's plain MD5, which is not
+    the multipart ETag our upload gives it. The upload must not take one for the other."""
+    data = os.urandom(9 * 2**20)
+    s3_env.client().put_object(Bucket=bucket, Key="one/big.bin", Body=data)
+    folder = tmp_path / "f"
+    assert sync(f"s3://{bucket}/one", folder).transferred == 1
+    first = sync(folder, f"s3://{bucket}/copy")
+    assert first.transferred == 1
+    again = sync(folder, f"s3://{bucket}/copy")
+    assert again.transferred == 0 and again.digest == first.digest
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "big.bin").write_bytes(data)
+    assert sync(fresh, f"s3://{bucket}/copy", dry_run=True).digest == first.digest

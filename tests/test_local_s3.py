@@ -10,7 +10,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from components.s3_sync.local_server import LocalS3Server, find_weed_binary
+from kfp_ddp.local_s3 import LocalS3Server, find_weed_binary
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,263 @@
+"""Where and how to reach S3, as botocore resolves it, and the clients that go there.
+
+Every setting comes from botocore, with its precedence rules: the endpoint (argument,
+``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``, the profile's ``endpoint_url`` or ``services``
+section), the region, the addressing style (path for a custom endpoint unless ``virtual`` is
+asked for, as botocore does), credentials (env, profiles, SSO, roles, ...), retries and the CA
+bundle. We only pick defaults where nothing is configured: ``standard`` retries with 4 attempts.
+
+The AWS CRT client that moves the bytes gets the same endpoint (the bucket's address is taken
+from a URL botocore builds), region, credentials (botocore's, refreshed by botocore) and CA.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from components.s3_sync.engine import PART_SIZE
+from components.s3_sync.errors import S3SyncError, S3SyncUsageError, translate
+
+DEFAULT_MAX_ATTEMPTS = 4
+"""Attempts per request when neither AWS_MAX_ATTEMPTS nor the profile's max_attempts is set."""
+_KEY_SENTINEL = "S3SYNC-KEY-SENTINEL"
+
+
+@dataclass(frozen=True, kw_only=True)
+class S3Settings:
+    """What botocore resolved (shown in messages, handed to the CRT)."""
+
+    endpoint: str
+    """The endpoint URL without a bucket (``https://s3.amazonaws.com``, ``http://host:9000``)."""
+    region: str
+    """The signing region."""
+    max_attempts: int
+    """Attempts per request, the first included."""
+    ca_bundle: str | None
+    """PEM file of the CAs to trust (AWS_CA_BUNDLE / ca_bundle), None: the system's."""
+
+
+class S3Connection:
+    """The botocore client (listing, deletes, the classic engine), the AWS CRT client (the CRT
+    engine) and error translation for one endpoint. Shared by all threads."""
+
+    def __init__(
+        self,
+        *,
+        endpoint_url: str | None,
+        region: str | None,
+        addressing_style: str | None,
+        max_concurrency: int,
+    ) -> None:
+        self.max_concurrency = max_concurrency
+        self._lock = threading.Lock()
+        self._crt = None
+        self._bases: dict[str, tuple[str, str]] = {}
+        try:
+            self.session, self.client, self.settings = _botocore_client(
+                endpoint_url=endpoint_url,
+                region=region,
+                addressing_style=addressing_style,
+                max_pool_connections=max(10, max_concurrency * 2),
+            )
+        except S3SyncError:
+            raise
+        except Exception as exc:  # botocore: "Invalid endpoint: ...", ProfileNotFound, ...
+            raise _settings_error(exc, endpoint_url) from exc
+
+    @property
+    def endpoint(self) -> str:
+        return self.settings.endpoint
+
+    @property
+    def region(self) -> str:
+        return self.settings.region
+
+    def translate(self, exc: BaseException, *, bucket: str, key: str | None = None) -> S3SyncError:
+        """One S3SyncError naming this endpoint, the object and what to check."""
+        return translate(exc, endpoint=self.endpoint, region=self.region, bucket=bucket, key=key)
+
+    # -- small API calls (botocore) ----------------------------------------------------------
+    def delete_keys(self, bucket: str, keys: list[str]) -> None:
+        """DeleteObjects in batches of 1,000. Raises S3SyncError."""
+        try:
+            for start in range(0, len(keys), 1000):
+                chunk = keys[start : start + 1000]
+                resp = self.client.delete_objects(
+                    Bucket=bucket,
+                    Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
+                )
+                errors = resp.get("Errors") or []
+                if errors:
+                    first = errors[0]
+                    raise S3SyncError(
+                        f"could not delete {len(errors)} object(s) in bucket {bucket!r}, e.g. "
+                        f"{first.get('Key')!r}: {first.get('Code')} {first.get('Message')}"
+                    )
+        except Exception as exc:
+            raise self.translate(exc, bucket=bucket) from exc
+
+    def first_part_size(self, bucket: str, key: str) -> int | None:
+        """Size of part 1 of a multipart object (HEAD ?partNumber=1), or None if unknown."""
+        try:
+            resp = self.client.head_object(Bucket=bucket, Key=key, PartNumber=1)
+        except Exception:  # noqa: BLE001 - not all servers support it; the caller falls back
+            return None
+        return int(resp["ContentLength"]) if resp.get("PartsCount") else None
+
+    # -- the CRT client ----------------------------------------------------------------------
+    def crt(self):
+        """The one ``awscrt.s3.S3Client`` of this connection (made on first use)."""
+        with self._lock:
+            if self._crt is None:
+                self._crt = self._make_crt()
+            return self._crt
+
+    def _make_crt(self):
+        from awscrt.io import ClientBootstrap, DefaultHostResolver, EventLoopGroup
+        from awscrt.s3 import S3Client, S3RequestTlsMode, S3RetryConfig
+
+        plain_http = self.endpoint.startswith("http:")
+        credentials = self._crt_credentials()  # raises before any native resource exists
+        tls_options = None if plain_http else self._crt_tls()
+        elg = EventLoopGroup()
+        return S3Client(
+            bootstrap=ClientBootstrap(elg, DefaultHostResolver(elg)),
+            region=self.region,
+            credential_provider=credentials,
+            tls_mode=S3RequestTlsMode.DISABLED if plain_http else S3RequestTlsMode.ENABLED,
+            tls_connection_options=tls_options,
+            part_size=PART_SIZE,
+            multipart_upload_threshold=PART_SIZE,
+            throughput_target_gbps=max(1.0, self.max_concurrency * 0.3),
+            retry_config=S3RetryConfig(max_retries=max(1, self.settings.max_attempts - 1)),
+            connect_timeout_ms=10_000,
+        )
+
+    def _crt_credentials(self):
+        """botocore's credentials for the CRT: fixed keys as they are; refreshable ones (SSO,
+        roles, ...) asked from botocore for every request, so that botocore refreshes them."""
+        from awscrt.auth import AwsCredentialsProvider
+        from botocore.credentials import RefreshableCredentials
+        from botocore.exceptions import NoCredentialsError
+        from s3transfer.crt import BotocoreCRTCredentialsWrapper
+
+        credentials = self.session.get_credentials()
+        if credentials is None:
+            raise NoCredentialsError()
+        if isinstance(credentials, RefreshableCredentials):
+            return BotocoreCRTCredentialsWrapper(credentials).to_crt_credentials_provider()
+        frozen = credentials.get_frozen_credentials()
+        return AwsCredentialsProvider.new_static(
+            frozen.access_key, frozen.secret_key, frozen.token or None
+        )
+
+    def _crt_tls(self):
+        """TLS options trusting the CA bundle botocore would trust, None: the system's CAs."""
+        if not self.settings.ca_bundle:
+            return None
+        from awscrt.io import ClientTlsContext, TlsContextOptions
+
+        options = TlsContextOptions()
+        options.override_default_trust_store_from_path(ca_filepath=self.settings.ca_bundle)
+        return ClientTlsContext(options).new_connection_options()
+
+    def bucket_base(self, bucket: str) -> tuple[str, str]:
+        """(Host header, path prefix ending in "/") under which ``bucket``'s keys live, read
+        from a URL that botocore builds (its endpoint rules and addressing style)."""
+        with self._lock:
+            base = self._bases.get(bucket)
+        if base is None:
+            url = self.client.generate_presigned_url(
+                "get_object", Params={"Bucket": bucket, "Key": _KEY_SENTINEL}
+            )
+            parts = urlsplit(url)
+            base = (parts.netloc, parts.path[: parts.path.index(_KEY_SENTINEL)])
+            with self._lock:
+                self._bases[bucket] = base
+        return base
+
+    def crt_request(self, method: str, bucket: str, key: str, headers=(), query: str = ""):
+        """An ``awscrt.http.HttpRequest`` for ``key`` in ``bucket`` (the CRT signs it)."""
+        from awscrt.http import HttpHeaders, HttpRequest
+
+        host, prefix = self.bucket_base(bucket)
+        # a bucket-level request (listing) addresses "/bucket", like botocore, not "/bucket/"
+        path = prefix + quote(key, safe="/~") if key else (prefix.rstrip("/") or "/")
+        if query:
+            path += f"?{query}"
+        return HttpRequest(method, path, HttpHeaders([("Host", host), *headers]))
+
+
+def _botocore_client(
+    *,
+    endpoint_url: str | None,
+    region: str | None,
+    addressing_style: str | None,
+    max_pool_connections: int,
+) -> tuple[Any, Any, S3Settings]:
+    """A botocore session and S3 client with the settings it resolved."""
+    import botocore.session
+    from botocore.config import Config
+
+    session = botocore.session.Session()
+    session.register_component("data_loader", _shared_loader(session))
+    # LastModified is never used; botocore's dateutil parsing of it is the costliest part of a
+    # big listing, so timestamps stay the raw strings.
+    session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
+    max_attempts = session.get_config_variable("max_attempts") or DEFAULT_MAX_ATTEMPTS
+    config = Config(
+        max_pool_connections=max_pool_connections,
+        retries={
+            "mode": session.get_config_variable("retry_mode") or "standard",
+            "total_max_attempts": max_attempts,
+        },
+        connect_timeout=10,
+        read_timeout=60,
+        s3={"addressing_style": addressing_style} if addressing_style else None,
+        # Integrity: PUTs carry a CRC32 the server checks; GETs check a checksum if present.
+        request_checksum_calculation="when_supported",
+        response_checksum_validation="when_supported",
+    )
+    client = session.create_client(
+        "s3", region_name=region, endpoint_url=endpoint_url, config=config
+    )
+    settings = S3Settings(
+        endpoint=client.meta.endpoint_url,
+        region=client.meta.region_name,
+        max_attempts=max_attempts,
+        ca_bundle=session.get_config_variable("ca_bundle") or None,
+    )
+    return session, client, settings
+
+
+_LOADER_LOCK = threading.Lock()
+_LOADER: list = []
+
+
+def _shared_loader(session):
+    """One botocore data loader per process: it caches the parsed service model and endpoint
+    rules (files of botocore's, the same for every session), which a new session would load
+    again (~0.1 s). Settings and credentials stay per session, read fresh for every sync."""
+    with _LOADER_LOCK:
+        if not _LOADER:
+            _LOADER.append(session.get_component("data_loader"))
+        return _LOADER[0]
+
+
+def _settings_error(exc: Exception, endpoint_url: str | None) -> S3SyncUsageError:
+    """A botocore error raised while resolving the settings, as a message that says what to fix."""
+    if type(exc).__name__ == "ProfileNotFound":
+        return S3SyncUsageError(f"{exc}; check AWS_PROFILE and the AWS config file")
+    if "endpoint" in str(exc).lower():
+        return S3SyncUsageError(
+            f"endpoint_url={endpoint_url!r} is not usable ({exc}); pass a URL like "
+            "http://127.0.0.1:8333 or https://s3.us-east-1.amazonaws.com (--endpoint-url, "
+            "AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL)"
+        )
+    return S3SyncUsageError(
+        f"the S3 settings are not usable: {type(exc).__name__}: {exc}; check the AWS_* "
+        "environment variables (e.g. AWS_MAX_ATTEMPTS, AWS_RETRY_MODE) and the AWS config file"
+    )

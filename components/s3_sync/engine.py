@@ -1,0 +1,93 @@
+"""The transfer engines' common interface, the sizes they share, and the choice between them.
+
+- ``crt`` (``crt_engine.py``): the AWS Common Runtime's S3 client (``awscrt.s3``) signs, sends,
+  retries and splits requests into parallel ranged parts / multipart uploads in native threads,
+  which is what makes thousands of small objects fast from Python. Used when ``awscrt`` (from
+  ``botocore[crt]``) is importable.
+- ``classic`` (``classic_engine.py``): botocore (its retry modes) on a thread pool for small
+  objects, s3transfer's ``TransferManager`` for big ones.
+
+Neither is hand-written multipart or retry code; the caller verifies every download.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Protocol
+
+from components.s3_sync.errors import S3SyncUsageError
+
+if TYPE_CHECKING:
+    from components.s3_sync.connection import S3Connection
+
+MiB = 1024 * 1024
+PART_SIZE = 8 * MiB
+"""Part size for multipart uploads and ranged downloads (also the multipart threshold)."""
+IN_MEMORY_MAX = 256 * 1024
+"""Objects up to this size are downloaded into memory, verified there and written by us: the
+CRT's own file writing (``recv_filepath``) costs ~0.25 ms of CPU per file, more than the GET.
+With at most a few hundred requests in flight this bounds the buffered bytes to ~64 MiB."""
+ENGINES = ("auto", "crt", "classic")
+
+OnBytes = Callable[[int], None]
+"""Progress callback: this many more bytes moved."""
+OnDownloaded = Callable[[object, BaseException | None], None]
+"""``done(body, error)``, called once per download on some transfer thread: ``body`` is the
+object's bytes (objects up to ``IN_MEMORY_MAX``, nothing written), a ``StreamedFile`` (written
+to the temp file and hashed on the way), or None (the bytes are in the temp file)."""
+
+
+class Engine(Protocol):
+    name: str
+
+    def download(
+        self,
+        bucket: str,
+        key: str,
+        size: int,
+        etag: str,
+        temp_path: str,
+        on_bytes: OnBytes,
+        done: OnDownloaded,
+    ) -> None:
+        """Start fetching one object; ``done`` reports the outcome."""
+
+    def upload(
+        self, path: str, bucket: str, key: str, size: int, md5: str, on_bytes: OnBytes
+    ) -> Future:
+        """Start sending one file (``md5``: its MD5 below PART_SIZE, checked by the server)."""
+
+    def shutdown(self, *, cancel: bool = False) -> None:
+        """Wait for (or with ``cancel``, cancel) what is in flight."""
+
+
+def crt_available() -> bool:
+    """Whether the AWS CRT (``awscrt``, installed with ``botocore[crt]``) is importable."""
+    try:
+        import awscrt.s3  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_engine(engine: str) -> str:
+    """``auto`` → ``crt`` when awscrt is installed, else ``classic``; ``crt`` needs awscrt."""
+    if engine == "auto":
+        return "crt" if crt_available() else "classic"
+    if engine == "crt" and not crt_available():
+        raise S3SyncUsageError(
+            "engine='crt' needs the AWS CRT: pip install 'botocore[crt]' (or use engine='classic')"
+        )
+    return engine
+
+
+def make_engine(conn: S3Connection, *, engine: str, max_concurrency: int) -> Engine:
+    """The engine named ``engine`` (``crt`` or ``classic``; see ``resolve_engine``)."""
+    if resolve_engine(engine) == "crt":
+        from components.s3_sync.crt_engine import CrtEngine
+
+        return CrtEngine(conn, max_concurrency=max_concurrency)
+    from components.s3_sync.classic_engine import ClassicEngine
+
+    return ClassicEngine(conn, max_concurrency=max_concurrency)
