@@ -2,10 +2,18 @@
 #
 # Base: an official PyTorch CUDA *runtime* image; its torch/torchvision are built for its CUDA and
 # are kept (never reinstalled from PyPI). Everything else is installed with the exact pins of
-# constraints.txt, so the image runs the same versions the tests ran. Bump BASE_IMAGE to move to a
-# newer torch/CUDA (the package needs torch>=2.6, torchvision>=0.21, Python>=3.11), e.g.
-#   docker build --build-arg BASE_IMAGE=pytorch/pytorch:<torch>-cuda<x.y>-cudnn9-runtime .
-ARG BASE_IMAGE=pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime
+# constraints.txt, so the image runs the same versions the tests ran; the torch version of
+# BASE_IMAGE must be constraints.txt's `torch==` pin (tests/trainer/test_dockerfile.py checks).
+#
+# The default matches Kubeflow Trainer v2.3's torch-distributed runtime. Each base needs a
+# minimum NVIDIA driver on the nodes (NVIDIA's CUDA minor-version compatibility table):
+#   pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime  CUDA 13.x: driver >= 580 (R580)
+#   pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime  CUDA 12.x: driver >= 525 (12.8's own: 570)
+# For nodes with an R525-R575 driver build the cu12.x variant (check that the tag exists):
+#   docker build --build-arg BASE_IMAGE=pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime .
+# A driver older than the image's CUDA makes the trainer exit 2 naming both versions (it never
+# falls back to training on the CPU).
+ARG BASE_IMAGE=pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime
 FROM ${BASE_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -13,9 +21,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# A C compiler for Triton: `--compile` builds a small launcher module on its first step, and the
+# runtime images have no compiler (Python's headers come with the image's Python).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/* \
+ && python -c "import os, sysconfig; assert os.path.isfile(os.path.join(sysconfig.get_paths()['include'], 'Python.h')), 'no Python.h: Triton cannot build its launcher'"
+
 WORKDIR /opt/kfp-ddp
 
 COPY pyproject.toml constraints.txt README.md ./
+COPY kfp_ddp ./kfp_ddp
 COPY trainer ./trainer
 COPY components ./components
 COPY pipelines ./pipelines
@@ -26,7 +42,7 @@ RUN grep -vE '^(torch|torchvision|torchaudio|triton|nvidia-[a-z0-9-]+)==' constr
         > /tmp/constraints-image.txt \
  && python -m pip install -c /tmp/constraints-image.txt . \
  && rm /tmp/constraints-image.txt \
- && python -c "import torch, torchvision, kfp, kfp.kubernetes, boto3, kubeflow.training, trainer, components, pipelines" \
+ && python -c "import torch, torchvision, kfp, kfp.kubernetes, boto3, kubeflow.training, kubeflow_trainer_api, kfp_ddp, trainer, components, pipelines" \
  && kfp-ddp --help > /dev/null
 
 # KFP sets the command of every step and the PyTorchJob sets the trainer's; this is for `docker run`.

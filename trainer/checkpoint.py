@@ -4,10 +4,16 @@ A folder counts only once its marker exists, and both files are written atomical
 killed at any moment leaves either a complete checkpoint or one that is ignored (and later
 removed). ``state.pt`` holds plain types and tensors only: it loads with
 ``torch.load(weights_only=True)``.
+
+The marker vouches for the bytes: it records the size and sha256 of ``state.pt`` (hashed as
+``torch.save`` writes, no second read), and a checkpoint whose bytes differ is unusable. Loading
+alone would not notice: ``torch.load`` reads tensors with flipped bytes without complaint.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shutil
 import sys
@@ -17,7 +23,7 @@ from typing import Any
 
 import torch
 
-from trainer.atomic_files import fsync_dir, torch_save_atomic, write_json_atomic
+from kfp_ddp.atomic_files import fsync_dir, write_atomic, write_json_atomic
 
 FORMAT_VERSION = 1
 STATE_FILE = "state.pt"
@@ -76,13 +82,46 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], *, keep: int) 
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     fsync_dir(root)
-    torch_save_atomic(state, folder / STATE_FILE)
-    write_json_atomic(
-        folder / MARKER_FILE,
-        {"format_version": FORMAT_VERSION, "step": step, "saved_at": time.time()},
-    )
+    try:
+        written = _HashingWriter()
+        write_atomic(folder / STATE_FILE, lambda handle: torch.save(state, written.to(handle)))
+        write_json_atomic(
+            folder / MARKER_FILE,
+            {
+                "format_version": FORMAT_VERSION,
+                "step": step,
+                "saved_at": time.time(),
+                "state_bytes": written.size,
+                "state_sha256": written.sha256.hexdigest(),
+            },
+        )
+    except BaseException:
+        # Without its marker the folder never counts; removing it now gives the space back.
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     prune_checkpoints(root, keep)
     return folder
+
+
+class _HashingWriter:
+    """Passes ``torch.save``'s writes on to a file, counting and hashing them on the way."""
+
+    def __init__(self) -> None:
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+        self._handle: Any = None
+
+    def to(self, handle: Any) -> _HashingWriter:
+        self._handle = handle
+        return self
+
+    def write(self, data: Any) -> int:
+        self.sha256.update(data)
+        self.size += memoryview(data).nbytes
+        return self._handle.write(data)
+
+    def flush(self) -> None:
+        self._handle.flush()
 
 
 def prune_checkpoints(root: Path, keep: int) -> None:
@@ -99,18 +138,44 @@ def prune_checkpoints(root: Path, keep: int) -> None:
     fsync_dir(root)
 
 
+def read_marker(folder: Path) -> dict[str, Any]:
+    """The ``COMPLETE`` marker's fields ({} for an unreadable one: older markers held no more)."""
+    try:
+        marker = json.loads((Path(folder) / MARKER_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return marker if isinstance(marker, dict) else {}
+
+
 def read_checkpoint_bytes(folder: Path) -> bytes:
-    """The raw ``state.pt`` of a complete checkpoint, checked to load; CheckpointError if not."""
+    """The raw ``state.pt`` of a complete checkpoint, checked against its marker and to load;
+    CheckpointError if not."""
     folder = Path(folder)
     try:
         data = (folder / STATE_FILE).read_bytes()
     except OSError as err:
         raise CheckpointError(f"{folder / STATE_FILE}: {err}") from err
+    _check_against_marker(folder, data)
     state = decode_checkpoint(data, source=folder)
     match = _STEP_DIR.match(folder.name)
     if match and state["step"] != int(match.group(1)):
         raise CheckpointError(f"{folder}: holds step {state['step']}, not {match.group(1)}")
     return data
+
+
+def _check_against_marker(folder: Path, data: bytes) -> None:
+    """CheckpointError unless ``data`` has the size and sha256 the marker recorded (if it did)."""
+    marker = read_marker(folder)
+    size, digest = marker.get("state_bytes"), marker.get("state_sha256")
+    if size is not None and size != len(data):
+        raise CheckpointError(
+            f"{folder / STATE_FILE}: {len(data)} bytes, but {size} were written (truncated?)"
+        )
+    if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+        raise CheckpointError(
+            f"{folder / STATE_FILE}: its sha256 differs from the one recorded when it was written "
+            "(the bytes changed since)"
+        )
 
 
 def decode_checkpoint(data: bytes, *, source: object = "checkpoint") -> dict[str, Any]:
@@ -141,14 +206,27 @@ def newest_loadable_checkpoint(root: Path) -> tuple[Path, bytes] | None:
         try:
             return folder, read_checkpoint_bytes(folder)
         except CheckpointError as err:
-            aside = folder.with_name(folder.name + ".corrupt")
-            print(
-                f"[trainer] WARNING: checkpoint {folder} is unusable ({err}); moved it to "
-                f"{aside.name} and falling back to the previous checkpoint",
-                file=sys.stderr,
-                flush=True,
-            )
-            shutil.rmtree(aside, ignore_errors=True)
-            folder.rename(aside)
-            fsync_dir(Path(root))
+            set_aside(folder, err)
     return None
+
+
+def set_aside(folder: Path, err: CheckpointError) -> Path:
+    """Rename an unusable checkpoint to ``step-N.corrupt`` (replacing an older one), warning."""
+    folder = Path(folder)
+    aside = folder.with_name(folder.name + ".corrupt")
+    print(
+        f"[trainer] WARNING: checkpoint {folder} is unusable ({err}); moved it to "
+        f"{aside.name} and falling back to the previous checkpoint",
+        file=sys.stderr,
+        flush=True,
+    )
+    shutil.rmtree(aside, ignore_errors=True)
+    folder.rename(aside)
+    fsync_dir(folder.parent)
+    return aside
+
+
+def step_of(folder: Path) -> int | None:
+    """N of a ``step-N`` folder (None for any other name)."""
+    match = _STEP_DIR.match(Path(folder).name)
+    return int(match.group(1)) if match else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -23,8 +24,16 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 AUGMENTS = ("none", "crop", "crop-flip")
 CACHE_MODES = ("auto", "always", "never")
 DEVICES = ("auto", "cpu", "cuda")
+DECODES = ("auto", "cpu", "gpu")
+GRAD_COMPRESSIONS = ("none", "bf16", "fp16")
 DEFAULT_LR = {"sgd": 0.1, "adamw": 1e-3}
 DEFAULT_WEIGHT_DECAY = {"sgd": 5e-5, "adamw": 0.05}
+
+
+# Warm-up when the LR is scaled up (global batch > 256, Goyal et al. 2017): 5 epochs' worth, at
+# most WARMUP_MAX_STEPS and a tenth of the run.
+WARMUP_EPOCHS = 5
+WARMUP_MAX_STEPS = 2000
 
 
 def flag(name: str) -> str:
@@ -65,8 +74,10 @@ class TrainConfig:
     """SGD momentum."""
     weight_decay: float | None = None
     """Weight decay on weights (not biases/norms) (default: sgd 5e-5, adamw 0.05)."""
-    warmup_steps: int = 0
-    """Linear LR warmup steps before the cosine decay."""
+    warmup_steps: int | None = None
+    """Linear LR warm-up steps before the cosine decay (default: when the LR is scaled up, i.e. a
+    global batch over 256, 5 epochs' worth, at most 2000 steps and a tenth of the run; else 0);
+    0 switches it off."""
     label_smoothing: float = 0.0
     """Label smoothing of the cross-entropy loss, in [0, 1)."""
     grad_clip_norm: float | None = None
@@ -78,11 +89,27 @@ class TrainConfig:
     checkpoint_every_steps: int = 500
     """Save a checkpoint every N steps (also at the end and on SIGTERM); 0: only those."""
     keep_checkpoints: int = 3
-    """Keep the newest K complete checkpoints."""
+    """Keep the newest K complete checkpoints (older ones are deleted once a write completes)."""
+    checkpoint_uri: str | None = None
+    """s3://bucket/prefix to mirror the checkpoints to (default: none, local only). Rank 0 uploads
+    each complete step-N/ in the background (its COMPLETE marker last; the newest
+    --keep-checkpoints kept there too), and a start resumes from the newest complete checkpoint
+    here or in --checkpoint-dir, downloading it if need be. Credentials, endpoint and region come
+    from the standard AWS environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    AWS_ENDPOINT_URL_S3, AWS_DEFAULT_REGION, ...)."""
+    checkpoint_upload_timeout_s: float = 60.0
+    """With --checkpoint-uri: how long the end of the run and a SIGTERM wait for the last
+    checkpoint to be complete in S3 (keep it well inside the pod's termination grace period), and
+    how long a start keeps retrying an S3 endpoint that does not answer."""
+    stop_check_every_steps: int = 10
+    """Steps between the all-ranks check for a SIGTERM (and a failed checkpoint write): one small
+    all-reduce over gloo, a host barrier across nodes. Lower it when a step takes seconds, so a
+    SIGTERM is acted on well within the pod's grace period."""
     precision: str = "auto"
     """fp32, bf16 (autocast) or fp16 (autocast + GradScaler); auto: bf16 on CUDA, fp32 on CPU."""
-    channels_last: bool = False
-    """Use the channels_last memory format (faster convolutions on tensor cores)."""
+    channels_last: bool | None = None
+    """The channels_last memory format: faster convolutions on tensor cores (default: on with
+    CUDA; off on the CPU, where it measured ~10x slower)."""
     compile: bool = False
     """torch.compile the model."""
     num_workers: int | None = None
@@ -93,6 +120,9 @@ class TrainConfig:
     """Training augmentation: none, crop (random crop) or crop-flip (+ horizontal flip)."""
     cache_images: str = "auto"
     """Decode the data set once into memory: auto (if it fits in 512 MiB), always, never."""
+    decode: str = "auto"
+    """Where streamed JPEGs are decoded: cpu (DataLoader workers, PIL), gpu (workers read bytes,
+    nvJPEG decodes and crops on the GPU), auto (gpu on a CUDA device that can, else cpu)."""
     val_fraction: float = 0.1
     """Share of each class held out for validation when DATA_DIR has no val/ folder."""
     val_batch_size: int | None = None
@@ -100,9 +130,23 @@ class TrainConfig:
     log_interval: int = 50
     """Log a progress line and a metrics.jsonl record every N steps."""
     device: str = "auto"
-    """auto (CUDA if available), cpu or cuda."""
-    dist_timeout_s: float = 1800.0
-    """Timeout (seconds) for process-group init and collectives."""
+    """auto (CUDA if it starts; if the container was given GPUs but CUDA fails, exit 2 naming
+    the driver/CUDA mismatch instead of training on the CPU), cpu, or cuda (exit 2 without
+    CUDA)."""
+    init_timeout_s: float = 1800.0
+    """Start-up timeout (seconds): how long ranks wait for each other to join the job (node and
+    image start-up) and for the resume broadcast."""
+    collective_timeout_s: float = 600.0
+    """Timeout (seconds) of each collective once training runs (set after the first step): a hung
+    or lost peer fails the job after this, not after the start-up timeout. On CUDA, NCCL's
+    flight recorder then dumps its trace to OUTPUT_DIR/nccl_trace_rank_N."""
+    grad_compression: str = "none"
+    """Gradient all-reduce in bf16 or fp16 (a DDP comm hook: half the bytes on the network, for
+    TCP clusters; bf16 needs CUDA/NCCL); none: fp32."""
+    output_uri: str | None = None
+    """s3://bucket/prefix: at the end rank 0 uploads the model, metrics.jsonl, the TensorBoard
+    files and, last, summary.json there (for nodes that share no volume with whoever reads the
+    model). Endpoint and keys from the standard AWS environment."""
 
     def __post_init__(self) -> None:
         _coerce_types(self)
@@ -113,51 +157,28 @@ class TrainConfig:
                 f"--data-dir {self.data_dir} / --synthetic {self.synthetic}: give exactly one, "
                 "a data folder or --synthetic"
             )
-        _choice(self, "optimizer", OPTIMIZERS)
-        _choice(self, "precision", PRECISIONS)
-        _choice(self, "augment", AUGMENTS)
-        _choice(self, "cache_images", CACHE_MODES)
-        _choice(self, "device", DEVICES)
-        for name in ("epochs", "batch_size", "image_size", "log_interval", "keep_checkpoints"):
-            _at_least(self, name, 1)
-        for name in ("synthetic_size", "num_classes"):
-            _at_least(self, name, 2 if name == "num_classes" else 1)
-        for name in ("warmup_steps", "checkpoint_every_steps", "seed"):
-            _at_least(self, name, 0)
-        for name in ("max_steps", "val_batch_size"):
-            if getattr(self, name) is not None:
-                _at_least(self, name, 1)
-        if self.num_workers is not None:
-            _at_least(self, "num_workers", 0)
         if self.lr is None:
-            self.lr = DEFAULT_LR[self.optimizer]
+            self.lr = DEFAULT_LR.get(self.optimizer)
         if self.weight_decay is None:
-            self.weight_decay = DEFAULT_WEIGHT_DECAY[self.optimizer]
-        _in_range(self, "lr", 0.0, None, "a positive number", open_low=True)
-        _in_range(self, "weight_decay", 0.0, None, "a number >= 0")
-        _in_range(self, "momentum", 0.0, 1.0, "a number in [0, 1)", open_high=True)
-        _in_range(self, "label_smoothing", 0.0, 1.0, "a number in [0, 1)", open_high=True)
-        _in_range(
-            self, "val_fraction", 0.0, 1.0, "a number in (0, 1)", open_low=True, open_high=True
-        )
-        _in_range(self, "dist_timeout_s", 0.0, None, "a positive number of seconds", open_low=True)
-        if self.grad_clip_norm is not None:
-            _in_range(self, "grad_clip_norm", 0.0, None, "a positive number", open_low=True)
-        from trainer.models import classification_models
-
-        if self.model not in classification_models():
-            raise ConfigError(
-                f"--model {self.model!r} is not a torchvision classification model; allowed: "
-                + ", ".join(classification_models())
-            )
-        if self.data_dir is not None and not self.data_dir.is_dir():
-            raise ConfigError(
-                f"--data-dir {self.data_dir} is not a folder; expected DATA/train/<class>/*"
-            )
+            self.weight_decay = DEFAULT_WEIGHT_DECAY.get(self.optimizer)
+        _check_choices(self)
+        _check_counts(self)
+        _check_ranges(self)
+        _check_model_and_paths(self)
+        _check_checkpoint_uri(self)
+        _check_output_uri(self)
 
     @property
     def base_lr(self) -> float:
         return float(self.lr)  # type: ignore[arg-type]
+
+    def warmup_for(self, *, global_batch: int, steps_per_epoch: int, total_steps: int) -> int:
+        """The warm-up steps of this run: --warmup-steps, or the default rule (see its doc)."""
+        if self.warmup_steps is not None:
+            return self.warmup_steps
+        if global_batch <= 256:  # the LR is not scaled up
+            return 0
+        return min(WARMUP_EPOCHS * steps_per_epoch, WARMUP_MAX_STEPS, total_steps // 10)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-able values (paths as strings)."""
@@ -168,6 +189,17 @@ class TrainConfig:
         return out
 
 
+CHOICES = {
+    "optimizer": OPTIMIZERS,
+    "precision": PRECISIONS,
+    "augment": AUGMENTS,
+    "cache_images": CACHE_MODES,
+    "device": DEVICES,
+    "decode": DECODES,
+    "grad_compression": GRAD_COMPRESSIONS,
+}
+"""The fields that take one of a few words, and those words (checked here, offered by --help)."""
+
 TRAJECTORY_SETTINGS = (
     "optimizer",
     "lr",
@@ -176,6 +208,7 @@ TRAJECTORY_SETTINGS = (
     "warmup_steps",
     "label_smoothing",
     "grad_clip_norm",
+    "grad_compression",
     "image_size",
     "augment",
     "val_fraction",
@@ -186,6 +219,113 @@ world size and batch size (the epoch then restarts from its first batch)."""
 
 
 # --------------------------------------------------------------------------------- validation
+def _check_choices(cfg: TrainConfig) -> None:
+    for name, allowed in CHOICES.items():
+        _choice(cfg, name, allowed)
+
+
+def _check_counts(cfg: TrainConfig) -> None:
+    for name in ("epochs", "batch_size", "image_size", "log_interval", "keep_checkpoints"):
+        _at_least(cfg, name, 1)
+    for name in ("stop_check_every_steps",):
+        _at_least(cfg, name, 1)
+    _at_least(cfg, "synthetic_size", 1)
+    _at_least(cfg, "num_classes", 2)
+    for name in ("checkpoint_every_steps", "seed"):
+        _at_least(cfg, name, 0)
+    if cfg.warmup_steps is not None:
+        _at_least(cfg, "warmup_steps", 0)
+    for name in ("max_steps", "val_batch_size"):
+        if getattr(cfg, name) is not None:
+            _at_least(cfg, name, 1)
+    if cfg.num_workers is not None:
+        _at_least(cfg, "num_workers", 0)
+
+
+def _check_ranges(cfg: TrainConfig) -> None:
+    _in_range(cfg, "lr", 0.0, None, "a positive number", open_low=True)
+    _in_range(cfg, "weight_decay", 0.0, None, "a number >= 0")
+    _in_range(cfg, "momentum", 0.0, 1.0, "a number in [0, 1)", open_high=True)
+    _in_range(cfg, "label_smoothing", 0.0, 1.0, "a number in [0, 1)", open_high=True)
+    _in_range(cfg, "val_fraction", 0.0, 1.0, "a number in (0, 1)", open_low=True, open_high=True)
+    for name in ("init_timeout_s", "collective_timeout_s", "checkpoint_upload_timeout_s"):
+        _in_range(cfg, name, 0.0, None, "a positive number of seconds", open_low=True)
+    if cfg.grad_clip_norm is not None:
+        _in_range(cfg, "grad_clip_norm", 0.0, None, "a positive number", open_low=True)
+
+
+def _check_model_and_paths(cfg: TrainConfig) -> None:
+    from trainer.models import classification_models
+
+    if cfg.model not in classification_models():
+        raise ConfigError(
+            f"--model {cfg.model!r} is not a torchvision classification model; allowed: "
+            + ", ".join(classification_models())
+        )
+    if cfg.data_dir is not None and not cfg.data_dir.is_dir():
+        raise ConfigError(
+            f"--data-dir {cfg.data_dir} is not a folder; expected DATA/train/<class>/*"
+        )
+    for name in ("output_dir", "checkpoint_dir"):
+        path = getattr(cfg, name)
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{flag(name)} {path} is a file; give a folder (new or existing)")
+
+
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
+def _s3_uri_problem(uri: str, *, prefix_required: bool = False) -> str | None:
+    """What is wrong with ``s3://bucket[/prefix]`` (no trailing slash), or None."""
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    if not uri.startswith("s3://"):
+        return "it is not an s3:// URI"
+    if not _BUCKET.fullmatch(bucket):
+        return f"{bucket!r} is not a valid bucket name (3-63 of a-z 0-9 . -)"
+    if prefix_required and not prefix:
+        return "it names no prefix inside the bucket"
+    if prefix and (
+        any(part in ("", ".", "..") for part in prefix.split("/"))
+        or any(char in prefix for char in "\\\x00")
+    ):
+        return "its prefix has an empty, '.' or '..' segment, a backslash or a NUL"
+    return None
+
+
+def _check_checkpoint_uri(cfg: TrainConfig) -> None:
+    """``s3://bucket[/prefix]`` with a valid bucket name and plain prefix segments (normalised
+    without a trailing slash); the upload wait must end before the collectives time out."""
+    if cfg.checkpoint_uri is None:
+        return
+    uri = cfg.checkpoint_uri.rstrip("/")
+    problem = _s3_uri_problem(uri)
+    if problem:
+        raise ConfigError(
+            f"--checkpoint-uri {cfg.checkpoint_uri!r} is not usable: {problem}; use "
+            "s3://bucket/prefix (e.g. s3://training/checkpoints/run-42)"
+        )
+    cfg.checkpoint_uri = uri
+    if cfg.checkpoint_upload_timeout_s >= cfg.collective_timeout_s:
+        raise ConfigError(
+            f"--checkpoint-upload-timeout-s {cfg.checkpoint_upload_timeout_s:g} must be below "
+            f"--collective-timeout-s {cfg.collective_timeout_s:g}: the other ranks wait that long "
+            "for rank 0's last upload"
+        )
+
+
+def _check_output_uri(cfg: TrainConfig) -> None:
+    if cfg.output_uri is None:
+        return
+    uri = cfg.output_uri.rstrip("/")
+    problem = _s3_uri_problem(uri, prefix_required=True)
+    if problem:
+        raise ConfigError(
+            f"--output-uri {cfg.output_uri!r} is not usable: {problem}; use a prefix of its "
+            "own, e.g. s3://my-bucket/runs/cats/output"
+        )
+    cfg.output_uri = uri
+
+
 def _choice(cfg: TrainConfig, name: str, allowed: tuple[str, ...]) -> None:
     value = getattr(cfg, name)
     if value not in allowed:
@@ -227,6 +367,48 @@ def _coerce_types(cfg: TrainConfig) -> None:
         setattr(cfg, name, _coerce(name, value, annotation))
 
 
+_INVALID = object()
+
+
+def _to_path(value: Any) -> Any:
+    return Path(value) if isinstance(value, str | Path) and str(value) else _INVALID
+
+
+def _to_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    return _INVALID
+
+
+def _to_int(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    try:
+        return int(value) if isinstance(value, str) else _INVALID
+    except ValueError:
+        return _INVALID
+
+
+def _to_float(value: Any) -> Any:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    try:
+        return float(value) if isinstance(value, str) else _INVALID
+    except ValueError:
+        return _INVALID
+
+
+def _to_str(value: Any) -> Any:
+    return value if isinstance(value, str) else _INVALID
+
+
+_CONVERTERS = {Path: _to_path, bool: _to_bool, int: _to_int, float: _to_float, str: _to_str}
+
+
 def _coerce(name: str, value: Any, annotation: Any) -> Any:
     optional = False
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
@@ -238,39 +420,14 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
             return None
         raise ConfigError(f"{flag(name)} is required")
     wanted = typing.get_origin(annotation) or annotation
-    if wanted is Path:
-        if isinstance(value, str | Path) and str(value):
-            return Path(value)
-    elif wanted is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-    elif wanted is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-    elif wanted is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif wanted is str:
-        if isinstance(value, str):
-            return value
-    else:  # pragma: no cover - every field type is handled above
+    convert = _CONVERTERS.get(wanted)
+    if convert is None:  # pragma: no cover - every field type is handled above
         return value
-    kind = getattr(wanted, "__name__", str(wanted))
-    raise ConfigError(f"{flag(name)} {value!r} is not a valid {kind}")
+    converted = convert(value)
+    if converted is _INVALID:
+        kind = getattr(wanted, "__name__", str(wanted))
+        raise ConfigError(f"{flag(name)} {value!r} is not a valid {kind}")
+    return converted
 
 
 # ------------------------------------------------------------------------------------ loading
@@ -318,6 +475,23 @@ def config_from(
         return TrainConfig(**merged)
     except TypeError as err:  # unknown keyword (only reachable from Python callers)
         raise ConfigError(str(err)) from err
+
+
+REQUIRED = object()
+"""The default of a field that has none (see field_defaults)."""
+
+
+def field_defaults() -> dict[str, Any]:
+    """Each field's default value (``REQUIRED`` where the field has none)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(TrainConfig):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+        else:
+            out[f.name] = REQUIRED
+    return out
 
 
 def field_docs() -> dict[str, str]:

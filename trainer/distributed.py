@@ -19,7 +19,7 @@ import datetime
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,7 +109,7 @@ def dist_env_from(environ: Mapping[str, str] = os.environ) -> DistEnv:
     )
 
 
-def available_cpus() -> int:
+def available_cpus(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
     """CPUs this process may use: its affinity mask, capped by a cgroup CPU quota (containers).
 
     In a pod with a CPU limit, the affinity mask still lists every core of the node; the quota in
@@ -119,13 +119,13 @@ def available_cpus() -> int:
     cores = cores or 1
     quota = None
     try:
-        text = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        text = (cgroup_root / "cpu.max").read_text().split()
         if text and text[0] != "max":
             quota = int(text[0]) / int(text[1])
     except (OSError, ValueError, IndexError):
         try:
-            us = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
-            period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+            us = int((cgroup_root / "cpu" / "cpu.cfs_quota_us").read_text())
+            period = int((cgroup_root / "cpu" / "cpu.cfs_period_us").read_text())
             quota = us / period if us > 0 else None
         except (OSError, ValueError):
             quota = None
@@ -155,8 +155,10 @@ def configure_cpu_threads(env: DistEnv) -> int:
 def init_process_group(env: DistEnv, device: torch.device, timeout_s: float):
     """Join the job's process group; returns the group used for small control messages.
 
-    Control messages (the stop flag, checkpoint bytes) go over gloo on the CPU even when training
-    uses nccl, so checking for SIGTERM every step does not synchronise the GPU stream.
+    ``timeout_s`` is the start-up timeout: how long a rank waits for the others to join (and,
+    until :func:`set_collective_timeout`, for any collective). Control messages (the stop flag,
+    checkpoint bytes) go over gloo on the CPU even when training uses nccl, so checking for
+    SIGTERM does not synchronise the GPU stream.
     """
     if not env.distributed:
         return None
@@ -179,19 +181,48 @@ def init_process_group(env: DistEnv, device: torch.device, timeout_s: float):
     return dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
 
 
+def set_collective_timeout(timeout_s: float, control_group) -> bool:
+    """From now on a collective that waits longer than ``timeout_s`` fails (both groups).
+
+    Called once training runs (after its first step, as torchtitan does: the first step may
+    compile), so a hung peer ends the job after minutes instead of the start-up timeout. Uses
+    ``torch.distributed.distributed_c10d._set_pg_timeout`` (private; False where it is missing).
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return True
+    from torch.distributed import distributed_c10d
+
+    set_timeout = getattr(distributed_c10d, "_set_pg_timeout", None)
+    if set_timeout is None:
+        return False
+    timeout = datetime.timedelta(seconds=timeout_s)
+    set_timeout(timeout)
+    if control_group is not None and control_group is not dist.group.WORLD:
+        set_timeout(timeout, control_group)
+    return True
+
+
 def destroy_process_group() -> None:
     """Leave the process group if this process joined one (safe on every exit path)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
 
+def agree(flags: Sequence[bool], group) -> list[bool]:
+    """Each flag true on every rank if it is true on any rank (one MAX all-reduce over ``group``).
+
+    A collective: every rank must call it at the same point, with as many flags.
+    """
+    if group is None:
+        return [bool(flag) for flag in flags]
+    value = torch.tensor([1 if flag else 0 for flag in flags], dtype=torch.int32)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group)
+    return [bool(v) for v in value.tolist()]
+
+
 def any_rank(flag: bool, group) -> bool:
     """True on every rank if ``flag`` is true on any rank (a MAX all-reduce over ``group``)."""
-    if group is None:
-        return flag
-    value = torch.tensor([1 if flag else 0], dtype=torch.int32)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group)
-    return bool(value.item())
+    return agree([flag], group)[0]
 
 
 class StopRequest:

@@ -1,4 +1,4 @@
-"""The two permanent failure kinds the trainer reports with their own exit codes."""
+"""The permanent failures the trainer reports in one line, each with its own exit code."""
 
 from __future__ import annotations
 
@@ -7,12 +7,46 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_DATA = 3
+EXIT_STORAGE = 4
 EXIT_SIGTERM = 143  # 128 + SIGTERM
+EXIT_PEER_LOST = 200
+"""Another rank died or hung (a collective failed or timed out): retryable, a restart of the
+whole job resumes from the last checkpoint. Above every 128 + signal code, so it is unambiguous."""
+
+ERROR_SOURCE = "trainer.train"
+"""Marks the torchelastic error files the trainer writes (see trainer.torchrun)."""
 
 
-class ConfigError(ValueError):
-    """Invalid flags or config file values (exit 2). Messages name the flag, value and fix."""
+class TrainerError(Exception):
+    """A permanent failure: one line naming what is wrong and the fix, then ``exit_code``.
+
+    ``on_another_rank``: this rank stops because another one failed; the cause is in that rank's
+    log (so this message is not the one to show as the job's root cause).
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, on_another_rank: bool = False):
+        super().__init__(message)
+        self.on_another_rank = on_another_rank
 
 
-class DataError(RuntimeError):
+class ConfigError(TrainerError, ValueError):
+    """Invalid flags, config file values or environment (exit 2). Names the flag, value and fix."""
+
+    exit_code = EXIT_CONFIG
+
+
+class DataError(TrainerError, RuntimeError):
     """Unusable input data (exit 3). Messages name the offending path."""
+
+    exit_code = EXIT_DATA
+
+
+class StorageError(TrainerError, RuntimeError):
+    """A checkpoint or output could not be written, e.g. the disk is full (exit 4).
+
+    Permanent: a restart would hit the same full disk; the message says what to free or change.
+    """
+
+    exit_code = EXIT_STORAGE

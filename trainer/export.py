@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from trainer.atomic_files import torch_save_atomic, write_json_atomic
+from kfp_ddp.atomic_files import torch_save_atomic, write_json_atomic
 from trainer.models import build_model
 
 FORMAT_VERSION = 1

@@ -8,6 +8,10 @@ worker saved a checkpoint and exited 143. This wrapper runs torchrun unchanged a
 * workers failed → the first permanent worker code (1-127) if there is one, otherwise a
   retryable code (143 when workers stopped on SIGTERM, ``128 + signal`` when killed by one).
 
+When a worker ended with a permanent error, its one-line message (left in torchrun's
+``TORCHELASTIC_ERROR_FILE`` by the trainer) is printed last, so the pod's log ends with the cause
+and the fix, not with torchrun's stack trace.
+
 Usage is torchrun's: ``python -m trainer.torchrun --nproc-per-node 8 -m trainer.train ...``.
 """
 
@@ -16,7 +20,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from trainer.errors import EXIT_SIGTERM
+from trainer.errors import ERROR_SOURCE, EXIT_SIGTERM
 
 
 def worker_exit_code(exit_codes: list[int]) -> int:
@@ -43,8 +47,30 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + int(getattr(err, "sigval", signal.SIGTERM))
     except ChildFailedError as err:
         codes = [failure.exitcode for failure in err.failures.values()]
-        return worker_exit_code(codes) or EXIT_SIGTERM
+        code = worker_exit_code(codes) or EXIT_SIGTERM
+        cause = root_cause(err.failures, code)
+        if cause:
+            print(cause, file=sys.stderr, flush=True)
+        return code
     return 0
+
+
+def root_cause(failures: dict, exit_code: int) -> str | None:
+    """The earliest message a worker left in a trainer error file, as the pod's last line.
+
+    Only the rank where a permanent error arose writes one (ranks that stop because of it do
+    not), and that rank may then be stopped by torchrun before its own exit code is seen.
+    """
+    ours = [
+        (failure.timestamp, rank, failure)
+        for rank, failure in failures.items()
+        if isinstance(failure.error_file_data, dict)
+        and failure.error_file_data.get("source") == ERROR_SOURCE
+    ]
+    if not ours:
+        return None
+    _, rank, failure = min(ours, key=lambda item: (item[0], item[1]))
+    return f"[trainer] error (rank {rank}, exit {exit_code}): {failure.message}"
 
 
 if __name__ == "__main__":

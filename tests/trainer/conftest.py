@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import time
+
 import pytest
 import torch
 
@@ -17,3 +20,53 @@ def one_cpu_thread(monkeypatch):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk(size_bytes)`` mounts a tmpfs of that size and returns it (a real full disk).
+
+    Needs root (or CAP_SYS_ADMIN): the test is skipped, saying so, where mount is refused.
+    """
+    import subprocess
+
+    mounted = []
+
+    def mount(size_bytes: int):
+        point = tmp_path / f"small-disk-{len(mounted)}"
+        point.mkdir()
+        command = ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(point)]
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        except OSError as err:
+            pytest.skip(f"cannot run mount to make a small tmpfs: {err}")
+        if result.returncode != 0:
+            pytest.skip(
+                f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {result.stderr.strip()}"
+            )
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch, tmp_path_factory):
+    """The standard AWS env vars point at ``s3_server`` (inherited by the trainers started)."""
+    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("s3sync-cache")))
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    return s3_server
+
+
+@pytest.fixture
+def bucket(s3_env, request) -> str:
+    """A fresh bucket, named after the test."""
+    name = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40]
+    return s3_env.create_bucket(f"m-{name}-{time.monotonic_ns() % 100000}".strip("-"))

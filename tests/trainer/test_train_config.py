@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -131,3 +132,49 @@ def test_checkpoint_of_another_model_is_a_config_error(tmp_path, data, capsys):
     code = main([*base, "--model", "squeezenet1_1", "--image-size", "64", "--batch-size", "4"])
     assert code == 2
     assert "holds a run of --model 'mobilenet_v3_small'" in capsys.readouterr().err
+
+
+def test_help_shows_every_flags_default(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--batch-size BATCH_SIZE Images per step per process" in text
+    assert "(default: 64)" in text and "(default: crop-flip)" in text
+    assert "--output-dir OUTPUT_DIR Where model/" in text and "(required)" in text
+    parser = build_arg_parser()
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    for action in parser._actions:
+        if action.dest in fields:
+            assert "default" in action.help or "(required)" in action.help, action.dest
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--batch-size", "zero"], ["--batch-size", "invalid int value"]),
+        (["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
+        (["--grad-compression", "int8"], ["--grad-compression", "'int8'"]),
+    ],
+)
+def test_malformed_flags_exit_2(args, words, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--output-dir", "out", "--synthetic", *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert all(word in err for word in words), err
+
+
+def test_paths_and_sizes_that_cannot_work_exit_2(tmp_path, data, capsys):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    base = ["--data-dir", str(data), *TINY, "--max-steps", "1", "--batch-size", "4"]
+    assert main([*base, "--output-dir", str(a_file)]) == 2
+    assert f"--output-dir {a_file} is a file" in capsys.readouterr().err
+    out = ["--output-dir", str(tmp_path / "out")]
+    assert main([*base, *out, "--checkpoint-dir", str(a_file)]) == 2
+    assert f"--checkpoint-dir {a_file} is a file" in capsys.readouterr().err
+    assert main([*base, *out, "--model", "squeezenet1_1"]) == 2  # TINY: 16 px images
+    err = capsys.readouterr().err
+    assert "--image-size 16 is too small for --model squeezenet1_1" in err
+    assert not (tmp_path / "out").exists()

@@ -10,16 +10,10 @@ from PIL import Image
 
 from tests.image_data import write_image_folder
 from tests.trainer.trainer_launch import TINY
-from trainer.data import (
-    CachedImages,
-    Normalizer,
-    StreamedImages,
-    eval_transform,
-    list_images,
-    load_image,
-    load_splits,
-)
+from trainer.data import CachedImages, Normalizer, eval_transform, list_images, load_image
 from trainer.errors import DataError
+from trainer.listing import load_splits
+from trainer.loader import StreamedImages
 from trainer.train import main
 
 
@@ -60,16 +54,18 @@ def test_load_image_and_eval_transform(tmp_path, image_folder):
 
 def test_seeded_split_without_val_folder(tmp_path):
     root = write_image_folder(tmp_path / "d", val_per_class=None, per_class=10)
-    train, val, classes = load_splits(root, val_fraction=0.2, seed=3)
+    splits = load_splits(root, val_fraction=0.2, seed=3)
+    train, val = splits.train.items(), splits.val.items()
     assert len(train) == 24 and len(val) == 6 and not set(train) & set(val)
     assert {label for _, label in val} == {0, 1, 2}  # stratified
-    assert load_splits(root, val_fraction=0.2, seed=3)[1] == val
-    assert load_splits(root, val_fraction=0.2, seed=4)[1] != val
+    assert load_splits(root, val_fraction=0.2, seed=3).val.items() == val
+    assert load_splits(root, val_fraction=0.2, seed=4).val.items() != val
 
 
 @pytest.mark.parametrize(("cached", "workers"), [(True, 0), (False, 0), (False, 1)])
 def test_starting_mid_epoch_replays_the_exact_remaining_batches(image_folder, cached, workers):
-    train, val, _ = load_splits(image_folder, val_fraction=0.1, seed=0)
+    splits = load_splits(image_folder, val_fraction=0.1, seed=0)
+    train, val = splits.train, splits.val
     normalize = Normalizer([0.5] * 3, [0.5] * 3, torch.device("cpu"), channels_last=False)
     options = dict(image_size=16, augment="crop-flip", batch_size=4, rank=1, world_size=2)
     source = (

@@ -193,13 +193,31 @@ def test_checkpoint_contents_are_plain_and_complete(tmp_path):
     assert not list(folder.parent.glob("**/*.tmp")), "temp files left behind"
 
 
-def test_restart_after_completion_only_exports_again(tmp_path):
+def test_restart_after_completion_says_already_complete_and_changes_nothing(tmp_path, capsys):
+    data = write_image_folder(tmp_path / "data")
+    out = tmp_path / "out"
+    args = ["--data-dir", data, "--output-dir", out, *TINY, "--batch-size", "4", "--max-steps", "3"]
+    assert main([str(a) for a in args]) == 0
+    written = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files_under(out) if p.is_file()}
+    capsys.readouterr()
+    assert main([str(a) for a in args]) == 0  # e.g. the pod was restarted after finishing
+    assert "already complete: step 3 of 3" in capsys.readouterr().out
+    now = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files_under(out) if p.is_file()}
+    assert now == written  # summary.json, model/, metrics.jsonl, checkpoints: untouched
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed_from_step"] is None and summary["restarts"] == 0
+    assert summary["images_per_sec"] is not None
+
+
+def test_restart_after_the_final_checkpoint_but_before_export_exports(tmp_path):
+    """A run killed between its last checkpoint and its summary finishes the job on restart."""
     data = write_image_folder(tmp_path / "data")
     out = tmp_path / "out"
     args = ["--data-dir", data, "--output-dir", out, *TINY, "--batch-size", "4", "--max-steps", "3"]
     assert main([str(a) for a in args]) == 0
     first = load_weights(out / "model")
-    assert main([str(a) for a in args]) == 0  # e.g. the pod was restarted after finishing
+    (out / "summary.json").unlink()
+    assert main([str(a) for a in args]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["resumed_from_step"] == 3 and summary["steps"] == 3 and summary["restarts"] == 1
     second = load_weights(out / "model")
@@ -237,3 +255,42 @@ def test_resume_refuses_a_checkpoint_of_other_training_settings(tmp_path, capsys
     assert "--augment 'none' -> 'crop-flip'" in err and "new --output-dir" in err
     # The refused run changed nothing: the finished run is still there, untouched.
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
+
+
+@pytest.mark.slow
+def test_sigkill_while_a_background_write_is_in_flight_then_resume_is_bit_exact(tmp_path):
+    """Checkpoints are written by a thread while training goes on; a half-written one is ignored."""
+    data = write_image_folder(tmp_path / "data")
+    every_step = ("--checkpoint-every-steps", "1", "--max-steps", "14")
+    ref_out, ref_args = _rank_args(data, tmp_path, "ref", every_step)
+    codes, log = run_operator_style(ref_args, log_dir=tmp_path / "ref-logs")
+    assert codes == [0, 0], log
+    reference = load_weights(ref_out[0] / "model")
+
+    out, args = _rank_args(data, tmp_path, "crash", every_step)
+    root = out[0] / "checkpoints"
+
+    def writing() -> bool:
+        """A complete checkpoint to resume from, and a newer one being written right now."""
+        complete = ckpt.complete_checkpoints(root)
+        steps = ckpt.step_dirs(root)
+        return bool(complete) and bool(steps) and not ckpt.is_complete(steps[-1][1])
+
+    procs = start_operator_style(args, log_dir=tmp_path / "crash-logs")
+    _wait_for(writing, procs)
+    for proc in procs:
+        proc.send_signal(signal.SIGKILL)
+    assert wait_all(procs) == [-signal.SIGKILL, -signal.SIGKILL]
+    newest_step, newest = ckpt.step_dirs(root)[-1]
+    assert not ckpt.is_complete(newest), "the write finished before the kill; nothing was tested"
+    resumable = int(ckpt.complete_checkpoints(root)[0].name.removeprefix("step-"))
+    assert resumable < newest_step
+
+    codes, log = run_operator_style(args, log_dir=tmp_path / "resume-logs")
+    assert codes == [0, 0], log
+    summary = json.loads((out[0] / "summary.json").read_text())
+    assert summary["resumed_from_step"] == resumable and summary["steps"] == 14
+    resumed = load_weights(out[0] / "model")
+    different = [k for k in reference if not torch.equal(reference[k], resumed[k])]
+    assert different == [], f"weights differ after resume: {different[:5]}"
+    assert files_under(out[1]) == []

@@ -26,9 +26,9 @@ DIST_VARS = (
     "PET_MASTER_PORT",
 )
 # A tiny model (with dropout, BatchNorm and SGD momentum state) on 16 px images: seconds per run.
-# A short collective timeout turns a stuck peer into an error in the logs, not a silent hang.
 TINY = ["--model", "mobilenet_v3_small", "--image-size", "16", "--log-interval", "1"]
-TINY += ["--dist-timeout-s", "90"]
+# Short timeouts turn a stuck peer into an error in the logs, not a silent hang.
+TINY += ["--init-timeout-s", "90", "--collective-timeout-s", "90"]
 
 
 def free_port() -> int:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from trainer.atomic_files import write_atomic, write_json_atomic, write_text_atomic
+from kfp_ddp.atomic_files import write_atomic, write_json_atomic, write_text_atomic
 
 
 def test_files_get_the_permissions_of_a_plain_open(tmp_path):
@@ -42,6 +42,6 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path):
 
 
 def test_importing_it_does_not_import_torch():
-    code = "import sys, trainer.atomic_files; print('torch' in sys.modules)"
+    code = "import sys, kfp_ddp.atomic_files; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

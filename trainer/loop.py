@@ -1,0 +1,512 @@
+"""The training loop of one rank: :class:`Trainer`.
+
+:meth:`Trainer.run` reads top to bottom: set-up (data, model, resume), the loop of
+:meth:`Trainer.train_step` and :meth:`Trainer.after_step`, then :meth:`Trainer.finish`. Every
+piece of state the loop changes lives in one :class:`~trainer.loop_state.LoopState`.
+
+Resume is bit-exact without saving per-rank generator states: every random choice is a pure
+function of ``(seed, epoch, step, rank)`` (see :mod:`trainer.data`, and :meth:`Trainer._reseed`
+for dropout), the checkpoint stores the position inside the epoch, and the restarted run skips
+the batches already consumed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from kfp_ddp.atomic_files import write_json_atomic
+from trainer import checkpoint as ckpt
+from trainer.build import (
+    DataParts,
+    Precision,
+    RunPlan,
+    TrainingParts,
+    build_data,
+    build_parts,
+    wrap_model,
+)
+from trainer.checkpointer import Checkpointer
+from trainer.config import TrainConfig
+from trainer.data import derive_seed
+from trainer.distributed import DistEnv, StopRequest, agree, set_collective_timeout
+from trainer.errors import EXIT_OK, EXIT_SIGTERM, StorageError
+from trainer.export import save_model
+from trainer.loop_state import LogWindow, LoopState
+from trainer.resume import check_compatible, load_resume_state, restore
+from trainer.run_log import RunLog, duration
+from trainer.validation import Validator, replicas_in_sync
+
+if TYPE_CHECKING:  # imported only with --checkpoint-uri: they bring the S3 sync
+    from trainer.remote_checkpoints import RemoteCheckpoints
+    from trainer.s3_mirror import CheckpointMirror
+
+
+class Trainer:
+    """One training run of one rank."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        env: DistEnv,
+        device: torch.device,
+        control_group,
+        stop: StopRequest,
+    ):
+        self.cfg, self.env, self.device = config, env, device
+        self.group, self.stop = control_group, stop
+        self.started = time.perf_counter()
+        self.output_dir = Path(config.output_dir)
+        self.precision = Precision.resolve(config.precision, device)
+        self.log = RunLog(self.output_dir, is_main=env.is_main)
+        self.checkpointer = Checkpointer(
+            Path(config.checkpoint_dir),  # type: ignore[arg-type]
+            keep=config.keep_checkpoints,
+            is_writer=env.is_main,
+            log=self.log,
+            device=device,
+        )
+        self.state = LoopState()
+        self.mirror: CheckpointMirror | None = None
+        """Rank 0's upload of checkpoints to --checkpoint-uri (set up by resume())."""
+        # Set by setup():
+        self.inputs: DataParts
+        self.plan: RunPlan
+        self.parts: TrainingParts
+        self.validator: Validator
+
+    # ------------------------------------------------------------------------------ the run
+    def run(self) -> int:
+        """Train to the end (exit 0) or until a SIGTERM (checkpoint, exit 143)."""
+        try:
+            return self._run()
+        finally:
+            self.checkpointer.close()  # a write in flight completes on every exit path
+            if self.mirror is not None:
+                self.mirror.close(self.cfg.checkpoint_upload_timeout_s)
+
+    def _run(self) -> int:
+        self.setup()
+        if self.already_complete():
+            return EXIT_OK
+        state, plan = self.state, self.plan
+        self.begin_loop()
+        while state.step < plan.total_steps and not state.stopped:
+            for images, labels in self.inputs.data.epoch(state.epoch, state.position):
+                self.after_step(self.train_step(images, labels))
+                if state.stopped or state.step >= plan.total_steps:
+                    break
+        train_seconds = time.perf_counter() - state.loop_started - state.paused_s
+        self.log.close_bar()
+        if state.stopped:
+            return self._exit_stopped()
+        return self.finish(train_seconds)
+
+    def setup(self) -> None:
+        """Data, model, optimizer; the resume state loaded into them; DDP around the model."""
+        cfg, env = self.cfg, self.env
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+        self.inputs = build_data(cfg, env, self.device, self.group, self.log)
+        self.plan = RunPlan.of(cfg, env, self.inputs.data.steps_per_epoch)
+        self.parts = build_parts(
+            cfg,
+            num_classes=len(self.inputs.class_names),
+            plan=self.plan,
+            device=self.device,
+            precision=self.precision,
+        )
+        self.resume()
+        wrap_model(cfg, self.parts, env, self.device)
+        self.validator = Validator(
+            self.inputs.data,
+            env=env,
+            device=self.device,
+            precision=self.precision,
+            batch_size=cfg.val_batch_size or 2 * cfg.batch_size,
+        )
+
+    def resume(self) -> None:
+        """Continue from the newest complete checkpoint (local or in S3), if there is one."""
+        remote = self._remote_checkpoints()
+        saved = load_resume_state(
+            Path(self.cfg.checkpoint_dir),  # type: ignore[arg-type]
+            self.env,
+            self.group,
+            self.log,
+            remote,
+        )
+        if remote is not None:
+            from trainer.s3_mirror import CheckpointMirror
+
+            self.mirror = CheckpointMirror(remote, keep=self.cfg.keep_checkpoints, log=self.log)
+            self.checkpointer.on_written = self.mirror.offer
+            self.mirror.catch_up()
+        if saved is None:
+            return
+        check_compatible(saved, self.cfg, self.inputs.class_names, self.log)
+        self.state = restore(
+            saved, self.parts, cfg=self.cfg, env=self.env, plan=self.plan, log=self.log
+        )
+        self.state.last_saved = self.state.step
+
+    def _remote_checkpoints(self) -> RemoteCheckpoints | None:
+        """Rank 0's view of --checkpoint-uri (None without the flag, and on other ranks)."""
+        if not (self.cfg.checkpoint_uri and self.env.is_main):
+            return None
+        from trainer.remote_checkpoints import RemoteCheckpoints
+
+        return RemoteCheckpoints(
+            self.cfg.checkpoint_uri,
+            Path(self.cfg.checkpoint_dir),  # type: ignore[arg-type]
+            patience_s=self.cfg.checkpoint_upload_timeout_s,
+        )
+
+    def already_complete(self) -> bool:
+        """A rerun of a finished training: say so and leave its outputs exactly as they are.
+
+        Finished means: the newest checkpoint is at (or past) the last step, and rank 0's
+        summary.json and model/ were written for that step. Rank 0 decides for every rank.
+        """
+        state = self.state
+        finished = False
+        if self.env.is_main and state.resumed_from is not None:
+            finished = state.step >= self.plan.total_steps and self._outputs_written_at(state.step)
+        if not agree([finished], self.group)[0]:
+            return False
+        self.make_durable()
+        self.log.line(
+            f"already complete: step {state.step} of {self.plan.total_steps}; model/ and "
+            f"summary.json in {self.output_dir} left as they were (to train further, raise "
+            "--epochs or --max-steps)"
+        )
+        if self.env.is_main:
+            self.upload_outputs()  # an upload that failed last time; unchanged files are skipped
+        self._barrier()
+        return True
+
+    def _outputs_written_at(self, step: int) -> bool:
+        summary = self.output_dir / "summary.json"
+        try:
+            written = json.loads(summary.read_text())
+        except (OSError, ValueError):
+            return False
+        model_json = self.output_dir / "model" / "model.json"
+        return isinstance(written, dict) and written.get("steps") == step and model_json.is_file()
+
+    def begin_loop(self) -> None:
+        """Metrics file, the first log line, the progress bar and the clocks."""
+        cfg, env, plan, state = self.cfg, self.env, self.plan, self.state
+        self.log.reset_metrics(state.resumed_from)
+        resuming = ""
+        if state.resumed_from is not None:
+            resuming = (
+                f", resuming at step {state.step} (epoch {state.epoch}, batch {state.position})"
+            )
+        self.log.line(
+            f"{cfg.model} on {self.device} x {env.world_size} ({env.launcher}), precision "
+            f"{self.precision.name}, global batch {plan.global_batch}, "
+            f"lr {self.parts.optimizer.param_groups[0]['initial_lr']:.4g} "
+            f"(warm-up {plan.warmup_steps} steps), {plan.steps_per_epoch} steps/epoch, "
+            f"{plan.total_steps} steps" + resuming
+        )
+        self.log.open_bar(total=plan.total_steps, initial=state.step)
+        state.first_step = state.step
+        state.loop_started = time.perf_counter()
+        state.window = LogWindow.open(state.paused_s, self.device)
+
+    # ----------------------------------------------------------------------------- one step
+    def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """One optimizer step on one batch; the batch's loss (detached, on the device)."""
+        parts, cfg = self.parts, self.cfg
+        self._reseed()
+        with self.precision.autocast(self.device):
+            loss = parts.criterion(parts.train_model(images), labels)  # type: ignore[misc]
+        parts.optimizer.zero_grad(set_to_none=True)
+        parts.scaler.scale(loss).backward()
+        if cfg.grad_clip_norm is not None:
+            parts.scaler.unscale_(parts.optimizer)
+            torch.nn.utils.clip_grad_norm_(parts.model.parameters(), cfg.grad_clip_norm)
+        parts.scaler.step(parts.optimizer)
+        parts.scaler.update()
+        parts.scheduler.step()
+        return loss.detach()
+
+    def _reseed(self) -> None:
+        """Dropout & co. draw from the global generators: make them a function of the step."""
+        step, epoch = self.state.step, self.state.epoch
+        torch.manual_seed(derive_seed(self.cfg.seed, "step", epoch, step, self.env.rank))
+
+    def after_step(self, loss: torch.Tensor) -> None:
+        """Count the step; log, validate, check for a stop and checkpoint when it is time."""
+        state, plan, cfg = self.state, self.plan, self.cfg
+        state.step += 1
+        state.position += 1
+        state.window.add(loss)  # type: ignore[union-attr]
+        if state.step == state.first_step + 1:
+            self._after_first_step()
+        self.log.advance_bar()
+        if state.step % cfg.log_interval == 0 or state.step == plan.total_steps:
+            self.log_window()
+        if state.position == plan.steps_per_epoch:
+            self.validate()
+            state.epoch, state.position = state.epoch + 1, 0
+        elif state.step == plan.total_steps:
+            self.validate()  # before the final checkpoint, so its history has the result
+        # Every rank must take the same branch below, or the collectives would deadlock: the
+        # step count is the same everywhere, and so is what check_ranks() returns.
+        if state.step % cfg.stop_check_every_steps == 0 or state.step == plan.total_steps:
+            self.check_ranks()
+        every = cfg.checkpoint_every_steps
+        if state.stopped:
+            self.save("SIGTERM")
+        elif state.step == plan.total_steps or (every and state.step % every == 0):
+            self.save("end" if state.step == plan.total_steps else "periodic")
+
+    def _after_first_step(self) -> None:
+        """Compilation and cuDNN autotuning are done: collectives get the shorter timeout."""
+        if not set_collective_timeout(self.cfg.collective_timeout_s, self.group):
+            self.log.line(
+                "WARNING: this torch cannot change a process group's timeout; collectives keep "
+                f"--init-timeout-s {self.cfg.init_timeout_s:g}"
+            )
+
+    def check_ranks(self) -> None:
+        """One small all-reduce: a SIGTERM on any rank, or a failed checkpoint write on rank 0?
+
+        A stop at the very last step just finishes: exporting takes a moment only.
+        """
+        stop, write_failed = agree([self.stop.requested, self.checkpointer.failed()], self.group)
+        if write_failed:
+            raise self._write_failure()
+        self.state.stopped = stop and self.state.step < self.plan.total_steps
+
+    def settle_checkpoints(self) -> None:
+        """Wait for rank 0's write in flight; every rank learns whether it failed (a barrier)."""
+        self.checkpointer.wait()
+        if agree([self.checkpointer.failed()], self.group)[0]:
+            raise self._write_failure()
+
+    def _write_failure(self) -> StorageError:
+        if self.checkpointer.failure is not None:
+            return self.checkpointer.failure
+        return StorageError(
+            "rank 0 could not write a checkpoint (its log says why); stopping with it",
+            on_another_rank=True,
+        )
+
+    # ------------------------------------------------------------------ what steps hand off to
+    def log_window(self) -> None:
+        """One progress line and metrics.jsonl record for the steps since the last one."""
+        state, plan, env = self.state, self.plan, self.env
+        window = state.window
+        assert window is not None
+        if env.distributed:  # the loss averaged over all ranks
+            dist.all_reduce(window.loss_sum)
+            window.loss_sum /= env.world_size
+        mean_loss = window.loss_sum.item() / window.steps
+        now = time.perf_counter()
+        seconds = max(1e-9, now - window.started - (state.paused_s - window.paused_at_start))
+        images_per_sec = window.steps * plan.global_batch / seconds
+        eta = (plan.total_steps - state.step) * seconds / window.steps
+        lr = self.parts.optimizer.param_groups[0]["lr"]
+        state.history["train_loss"] = mean_loss
+        self.log.record(
+            {
+                "type": "train",
+                "step": state.step,
+                "epoch": state.epoch,
+                "loss": round(mean_loss, 6),
+                "lr": lr,
+                "images_per_sec": round(images_per_sec, 2),
+                "elapsed_s": round(now - self.started, 3),
+            }
+        )
+        self.log.line(
+            f"step {state.step}/{plan.total_steps} | epoch {state.epoch} | loss {mean_loss:.4f} | "
+            f"lr {lr:.4g} | {images_per_sec:,.0f} img/s | ETA {duration(eta)}"
+        )
+        state.window = LogWindow.open(state.paused_s, self.device)
+        state.window.started = now
+
+    def validate(self) -> None:
+        state = self.state
+        began = time.perf_counter()
+        val_loss, val_accuracy = self.validator(self.parts.model)
+        state.last_validated = state.step
+        state.paused_s += time.perf_counter() - began
+        if val_loss is None or val_accuracy is None:
+            return
+        state.history.update(val_loss=val_loss, val_accuracy=val_accuracy)
+        self.log.record(
+            {
+                "type": "val",
+                "step": state.step,
+                "epoch": state.epoch,
+                "val_loss": round(val_loss, 6),
+                "val_accuracy": round(val_accuracy, 6),
+            }
+        )
+        self.log.line(
+            f"epoch {state.epoch} step {state.step}: val_loss {val_loss:.4f} "
+            f"val_acc {val_accuracy:.4f}"
+        )
+
+    def save(self, reason: str) -> None:
+        state = self.state
+        began = time.perf_counter()
+        self.checkpointer.save(state.step, self.checkpoint_state, reason)
+        state.last_saved = state.step
+        state.paused_s += time.perf_counter() - began
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Everything a restarted run needs, as plain types and tensors."""
+        state, parts, cfg = self.state, self.parts, self.cfg
+        return {
+            "format_version": ckpt.FORMAT_VERSION,
+            "step": state.step,
+            "epoch": state.epoch,
+            "batch_in_epoch": state.position,
+            "steps_per_epoch": self.plan.steps_per_epoch,
+            "world_size": self.env.world_size,
+            "batch_size": cfg.batch_size,
+            "model": parts.model.state_dict(),
+            "optimizer": parts.optimizer.state_dict(),
+            "scheduler": parts.scheduler.state_dict(),
+            "scaler": parts.scaler.state_dict(),
+            # No generator states: all randomness is derived from these (see module doc).
+            "rng": {"scheme": "derive_seed(seed, epoch, step, rank)", "seed": cfg.seed},
+            "config": cfg.to_dict(),
+            "class_names": self.inputs.class_names,
+            "restarts": state.restarts,
+            "history": state.history,
+        }
+
+    # ------------------------------------------------------------------------------- the end
+    def _exit_stopped(self) -> int:
+        self.settle_checkpoints()  # rank 0's checkpoint is complete before any rank exits
+        if self.mirror is not None:  # and in S3, if it can be within the grace period
+            error = self.mirror.wait_durable(
+                self.state.step, self._step_folder(), self.cfg.checkpoint_upload_timeout_s
+            )
+            if error is not None:
+                self.log.line(
+                    f"WARNING: the SIGTERM checkpoint step-{self.state.step} is only on this "
+                    f"node's disk ({error}); a restart elsewhere resumes from the newest "
+                    f"checkpoint in {self.cfg.checkpoint_uri}"
+                )
+        self.log.line(
+            f"stopped by SIGTERM at step {self.state.step}; exiting {EXIT_SIGTERM} to be retried"
+        )
+        return EXIT_SIGTERM
+
+    def finish(self, train_seconds: float) -> int:
+        """Validate and checkpoint the last step if not done yet, export, write summary.json."""
+        state = self.state
+        if state.last_validated != state.step:
+            self.validate()
+        if state.last_saved != state.step:
+            self.save("end")
+        self.settle_checkpoints()
+        in_sync = replicas_in_sync(self.parts.model, self.env, self.group, self.log)
+        if self.env.is_main:
+            self.export()
+            summary = self.summary(train_seconds, in_sync)
+            write_json_atomic(self.output_dir / "summary.json", summary)
+            self.log.line(
+                f"done: {state.step} steps, val_acc {summary['val_accuracy']}, "
+                f"{summary['images_per_sec']} img/s, wall {summary['wall_time_s']}s"
+            )
+            self.upload_outputs()
+        self.make_durable()
+        self._barrier()
+        return EXIT_OK
+
+    def upload_outputs(self) -> None:
+        """With --output-uri: the outputs to S3, summary.json last (rank 0)."""
+        if not self.cfg.output_uri:
+            return
+        from trainer.output_upload import upload_outputs
+
+        started = time.perf_counter()
+        sent = upload_outputs(self.output_dir, self.cfg.output_uri)
+        self.log.line(
+            f"outputs uploaded to {self.cfg.output_uri}: {sent} file(s) sent in "
+            f"{time.perf_counter() - started:.1f} s"
+        )
+
+    def make_durable(self) -> None:
+        """With --checkpoint-uri, the run's last checkpoint must be complete in S3 before it
+        ends: rank 0 waits for it (up to --checkpoint-upload-timeout-s), every rank learns the
+        outcome, and all stop with exit 4 if it could not be made durable."""
+        if not self.cfg.checkpoint_uri:
+            return
+        step, error = self.state.step, None
+        if self.mirror is not None:
+            error = self.mirror.wait_durable(
+                step, self._step_folder(), self.cfg.checkpoint_upload_timeout_s
+            )
+        if not agree([error is not None], self.group)[0]:
+            return
+        if error is None:
+            raise StorageError(
+                "rank 0 could not make the last checkpoint durable in S3 (its log says why); "
+                "stopping with it",
+                on_another_rank=True,
+            )
+        raise StorageError(
+            f"the last checkpoint, step-{step}, is complete in {self._step_folder()} but could "
+            f"not be made durable in {self.cfg.checkpoint_uri}: {error}. Fix the S3 access "
+            "(credentials, endpoint, bucket, network) and run again with the same "
+            "--checkpoint-dir: the run then uploads it first"
+        )
+
+    def _step_folder(self) -> Path:
+        return Path(self.cfg.checkpoint_dir) / f"step-{self.state.step}"  # type: ignore[arg-type]
+
+    def export(self) -> None:
+        """The model folder (rank 0)."""
+        save_model(
+            self.output_dir / "model",
+            self.parts.model.state_dict(),
+            arch=self.cfg.model,
+            class_names=self.inputs.class_names,
+            image_size=self.cfg.image_size,
+            mean=list(self.inputs.mean),
+            std=list(self.inputs.std),
+        )
+
+    def summary(self, train_seconds: float, in_sync: bool) -> dict[str, Any]:
+        state, plan, history = self.state, self.plan, self.state.history
+        trained = state.step - state.first_step
+        images_per_sec = None
+        if trained:
+            images_per_sec = round(trained * plan.global_batch / max(train_seconds, 1e-9), 2)
+        return {
+            "final_train_loss": history.get("train_loss"),
+            "val_accuracy": history.get("val_accuracy"),
+            "val_loss": history.get("val_loss"),
+            "steps": state.step,
+            "epochs": state.step // plan.steps_per_epoch,
+            "steps_per_epoch": plan.steps_per_epoch,
+            "world_size": self.env.world_size,
+            "global_batch_size": plan.global_batch,
+            "wall_time_s": round(time.perf_counter() - self.started, 3),
+            "train_time_s": round(train_seconds, 3),
+            "images_per_sec": images_per_sec,
+            "resumed_from_step": state.resumed_from,
+            "restarts": state.restarts,
+            "arch": self.cfg.model,
+            "num_classes": len(self.inputs.class_names),
+            "precision": self.precision.name,
+            "device": self.device.type,
+            "replicas_in_sync": in_sync,
+        }
+
+    def _barrier(self) -> None:
+        if self.env.distributed:
+            dist.barrier(group=self.group)
