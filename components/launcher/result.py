@@ -10,10 +10,12 @@ from typing import Any
 
 @dataclass(kw_only=True)
 class JobResult:
-    """The outcome of one PyTorchJob run, from either backend."""
+    """The outcome of one job run, from either backend."""
 
     name: str
     """Job name."""
+    api: str = ""
+    """The API it ran as: trainjob or pytorchjob (local: the env contract it used)."""
     namespace: str
     """Job namespace (the spec's, also for the local backend)."""
     backend: str

@@ -1,0 +1,132 @@
+"""CLI: ``python -m components.launcher render [flags] -- TRAINER ARGS...``, ``run``, ``rbac``.
+
+``render`` prints the job's YAML (a TrainJob, PyTorchJob or TFJob, ``--api``) and touches no
+cluster.
+``run`` runs the same spec on a backend. ``rbac`` prints the Role and RoleBinding for a namespace
+and service account. Every TrainSpec field has a flag (derived from the dataclass, so none can be
+missing); a bad value prints one message naming the flag and exits 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+from typing import Any
+
+import click
+import yaml
+
+from components.launcher.cli_flags import dataclass_options, flag_of, values_to_fields
+from components.launcher.spec import CHOICES, SpecError, TrainSpec
+
+SPEC_FLAGS = {f.name: flag_of(f) for f in dataclasses.fields(TrainSpec)} | {"args": "TRAINER ARGS"}
+
+
+def spec_options(func):
+    """The TrainSpec flags shared by ``render`` and ``run`` (and the trainer's args after --)."""
+    func = click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED)(func)
+    return dataclass_options(TrainSpec, exclude=("args",), choices=CHOICES)(func)
+
+
+def build_spec(params: dict[str, Any]) -> TrainSpec:
+    """TrainSpec from the CLI's parameters; a bad value → a usage error naming the flag (exit 2)."""
+    p = dict(params)
+    args = list(p.pop("trainer_args"))
+    try:
+        return TrainSpec(args=args, **values_to_fields(TrainSpec, p))
+    except SpecError as exc:
+        raise click.UsageError(with_flag(str(exc))) from exc
+
+
+def with_flag(message: str) -> str:
+    """Prefix a TrainSpec error with the CLI flag that set the field."""
+    found = re.match(r"TrainSpec\.(\w+)=", message) or re.match(r"(\w+):", message)
+    if not found or found.group(1) not in SPEC_FLAGS:
+        return message
+    return f"{SPEC_FLAGS[found.group(1)]}: {message}"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kfp-ddp", prog_name="kfp-ddp launcher")
+def cli() -> None:
+    """The training-job launcher: Kubeflow Trainer v2 TrainJobs and Training Operator v1
+    PyTorchJobs (and TFJobs for TensorFlow programs) from one spec."""
+
+
+@cli.command()
+@spec_options
+def render(**params: Any) -> None:
+    """Print the job's manifest as YAML (no cluster access; --api auto renders a TrainJob)."""
+    from components.launcher.apis import build_manifest
+
+    spec = build_spec(params)
+    if spec.api == "auto":
+        click.echo(
+            "# --api auto: rendering a TrainJob (Kubeflow Trainer v2); on a cluster without it "
+            "the launcher submits a PyTorchJob (--api pytorchjob)",
+            err=True,
+        )
+    try:
+        manifest = build_manifest(spec)
+    except SpecError as exc:
+        raise click.UsageError(with_flag(str(exc))) from exc
+    click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
+
+
+@cli.command()
+@spec_options
+@click.option("--backend", type=click.Choice(["local", "kubernetes"]), default="local")
+@click.option("--timeout", "timeout_s", type=float, default=None, help="Seconds; then delete.")
+@click.option(
+    "--cleanup",
+    type=click.Choice(["always", "on-success", "never"]),
+    default="always",
+    show_default=True,
+    help="Kubernetes: delete the finished job.",
+)
+@click.option("--path-map", multiple=True, help="MOUNT=LOCAL_DIR for the local backend.")
+def run(
+    backend: str, timeout_s: float | None, cleanup: str, path_map: tuple[str, ...], **params: Any
+) -> None:
+    """Run the job on a backend; exit 0 on success, 1 on failure, 143 when cancelled."""
+    from components.launcher.cli_flags import _pairs
+    from components.launcher.launcher import run_job
+    from components.launcher.options import KubernetesOptions, LocalOptions
+    from components.launcher.result import JobCancelled, JobFailed, PreflightError
+
+    spec = build_spec(params)
+    if backend == "local":
+        options = LocalOptions(timeout_s=timeout_s, path_map=_pairs("--path-map", path_map))
+    else:
+        options = KubernetesOptions(timeout_s=timeout_s, cleanup=cleanup)
+    try:
+        result = run_job(spec, backend=backend, options=options)
+    except JobCancelled as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(143)
+    except (JobFailed, PreflightError) as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(1)
+    except SpecError as exc:
+        raise click.UsageError(with_flag(str(exc))) from exc
+    click.echo(json.dumps(result.to_dict() | {"log_tail": result.log_tail[-5:]}, indent=2))
+
+
+@cli.command()
+@click.option("--namespace", default="kubeflow", show_default=True)
+@click.option("--service-account", default="pipeline-runner", show_default=True)
+def rbac(namespace: str, service_account: str) -> None:
+    """Print the Role + RoleBinding for NAMESPACE and SERVICE_ACCOUNT (pipe into kubectl apply)."""
+    from components.launcher.rbac import render_rbac
+
+    try:
+        text = render_rbac(namespace=namespace, service_account=service_account)
+    except SpecError as exc:
+        raise click.UsageError(str(exc)) from exc
+    click.echo(text, nl=False)
+
+
+if __name__ == "__main__":
+    cli(prog_name="python -m components.launcher")

@@ -1,0 +1,149 @@
+"""The cluster APIs a job can be launched with, described once: ``JobApi``.
+
+Everything the backends need to know about an API beyond the manifest lives here: where it is
+served (group, version, plural), how its pods are labelled and named, which container runs the
+trainer, how its conditions say a job ended, and how to install it. The shared Kubernetes
+backend code (pre-flight, log following, diagnosis, the wait loop) reads these instead of
+branching on the kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from components.launcher import pytorchjob, tfjob, trainjob
+from components.launcher.spec import TrainSpec
+
+
+@dataclass(frozen=True)
+class JobPhase:
+    """What a job's conditions say."""
+
+    phase: str | None
+    """``Succeeded``, ``Failed`` or None (still running)."""
+    message: str = ""
+    """The terminal condition's reason and message."""
+    restarts: int = 0
+    """Restarts the conditions report (PyTorchJob ``Restarting`` conditions)."""
+
+
+@dataclass(frozen=True)
+class JobApi:
+    """One training-job API (a CRD served by a Kubeflow controller)."""
+
+    name: str
+    """The ``TrainSpec.api`` value."""
+    kind: str
+    group: str
+    version: str
+    plural: str
+    container: str
+    """The container that runs the trainer in every pod."""
+    pod_job_label: str
+    """Pod label whose value is the job's name (selects the job's pods)."""
+    replica_labels: tuple[str, str]
+    """Pod labels (replica type, index) that name a pod's replica in the logs."""
+    succeeded_condition: str
+    """The condition type that means the job succeeded."""
+    install: str
+    """How to install the controller that serves the API."""
+    build: Callable[[TrainSpec], dict[str, Any]]
+    """The pure manifest builder."""
+
+    @property
+    def group_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def replica_of(self, pod: Any) -> str:
+        """``master-0`` / ``worker-1`` / ``node-2`` from the controller's pod labels."""
+        labels = pod.metadata.labels or {}
+        rtype, index = (labels.get(key) for key in self.replica_labels)
+        if rtype is not None and index is not None:
+            return f"{rtype.lower()}-{index}"
+        return pod.metadata.name
+
+    def phase(self, job: dict[str, Any]) -> JobPhase:
+        """The job's terminal phase (if any) from its conditions."""
+        conditions = (job.get("status") or {}).get("conditions") or []
+        restarting = sum(1 for c in conditions if c.get("type") == "Restarting")
+        for cond in reversed(conditions):
+            kind = cond.get("type")
+            if cond.get("status") == "True" and kind in (self.succeeded_condition, "Failed"):
+                message = f"{cond.get('reason') or ''}: {cond.get('message') or ''}".strip(": ")
+                phase = "Succeeded" if kind == self.succeeded_condition else "Failed"
+                return JobPhase(phase, message, restarting)
+        return JobPhase(None, "", restarting)
+
+    def suspended(self, job: dict[str, Any]) -> bool:
+        """Whether the job waits suspended (e.g. for Kueue admission)."""
+        return bool((job.get("spec") or {}).get("suspend"))
+
+
+def training_operator_api(
+    name: str, kind: str, container: str, build: Callable[[TrainSpec], dict[str, Any]]
+) -> JobApi:
+    """A ``kubeflow.org/v1`` job of the Training Operator v1 (its pods labelled alike)."""
+    return JobApi(
+        name=name,
+        kind=kind,
+        group="kubeflow.org",
+        version="v1",
+        plural=f"{name}s",
+        container=container,
+        pod_job_label="training.kubeflow.org/job-name",
+        replica_labels=(
+            "training.kubeflow.org/replica-type",
+            "training.kubeflow.org/replica-index",
+        ),
+        succeeded_condition="Succeeded",
+        install=(
+            "install the Kubeflow Training Operator v1 (kubectl apply --server-side -k "
+            '"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.0")'
+        ),
+        build=build,
+    )
+
+
+PYTORCHJOB = training_operator_api(
+    "pytorchjob", pytorchjob.KIND, pytorchjob.CONTAINER_NAME, pytorchjob.build_pytorchjob
+)
+TFJOB = training_operator_api("tfjob", tfjob.KIND, tfjob.CONTAINER_NAME, tfjob.build_tfjob)
+TRAINJOB = JobApi(
+    name="trainjob",
+    kind=trainjob.KIND,
+    group=trainjob.API_GROUP,
+    version="v1alpha1",
+    plural="trainjobs",
+    container=trainjob.TRAINER_NODE,
+    pod_job_label="jobset.sigs.k8s.io/jobset-name",
+    replica_labels=("jobset.sigs.k8s.io/replicatedjob-name", "jobset.sigs.k8s.io/job-index"),
+    succeeded_condition="Complete",
+    install=(
+        "install Kubeflow Trainer v2 with its runtimes (kubectl apply --server-side -k "
+        '"github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=v2.3.0" then -k '
+        '"github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref=v2.3.0")'
+    ),
+    build=trainjob.build_trainjob,
+)
+JOB_APIS: dict[str, JobApi] = {api.name: api for api in (TRAINJOB, PYTORCHJOB, TFJOB)}
+"""Every concrete API (cleanup and RBAC cover them all)."""
+AUTO_APIS: tuple[JobApi, ...] = (TRAINJOB, PYTORCHJOB)
+"""What ``api="auto"`` chooses from, in its order of preference: the APIs that run our PyTorch
+trainer. Never a TFJob, which runs a TensorFlow program and is always asked for by name."""
+
+
+def job_api(name: str) -> JobApi:
+    """The ``JobApi`` of a concrete API name."""
+    try:
+        return JOB_APIS[name]
+    except KeyError:
+        raise ValueError(
+            f"api={name!r} is not a concrete API; use one of {', '.join(JOB_APIS)}"
+        ) from None
+
+
+def build_manifest(spec: TrainSpec) -> dict[str, Any]:
+    """The manifest of ``spec`` for its API (``auto`` renders a TrainJob, Kubeflow's current)."""
+    return job_api(spec.api if spec.api != "auto" else TRAINJOB.name).build(spec)

@@ -1,0 +1,165 @@
+"""Why a job failed or waits: the failing pod's reason, its events and its last log lines.
+
+Reads container statuses (OOMKilled, Error with its exit code, ImagePullBackOff,
+CrashLoopBackOff...), pod conditions (Unschedulable), pod status reasons (Evicted) and warning
+events (FailedScheduling, quota, Kueue admission, image pulls).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from components.launcher.apis import JobApi
+from components.launcher.backends.kubernetes.clients import Clients
+from components.launcher.backends.kubernetes.pods import PodFollower, container_status, started
+
+WAITING_ERRORS = {
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+}
+
+
+@dataclass(frozen=True)
+class PodProblem:
+    """What is wrong with one pod; ``severity`` 0 means nothing found."""
+
+    severity: int
+    text: str = ""
+    exit_code: int | None = None
+    """The trainer container's non-zero exit code, when it terminated with one."""
+
+
+def pod_problem(pod: Any, container: str) -> PodProblem:
+    """The worst thing wrong with ``pod`` (its trainer container first, then the pod)."""
+    status = container_status(pod, container)
+    if status is not None:
+        for state, when in ((status.state, ""), (status.last_state, " (previous run)")):
+            terminated = state.terminated if state else None
+            if terminated is not None and terminated.exit_code:
+                reason = terminated.reason or "Error"
+                text = f"{reason} (exit code {terminated.exit_code}){when}"
+                return PodProblem(3, text, terminated.exit_code)
+        waiting = status.state.waiting if status.state else None
+        if waiting is not None and waiting.reason in WAITING_ERRORS:
+            return PodProblem(3, f"{waiting.reason}: {waiting.message or ''}".rstrip(": "))
+    pod_status = pod.status
+    if pod_status is None:
+        return PodProblem(0)
+    if pod_status.reason:
+        return PodProblem(2, f"{pod_status.reason}: {pod_status.message or ''}".rstrip(": "))
+    for cond in pod_status.conditions or []:
+        if cond.type == "PodScheduled" and cond.status == "False":
+            reason = cond.reason or "Unschedulable"
+            return PodProblem(2, f"{reason}: {cond.message or ''}".rstrip(": "))
+    if pod_status.phase == "Failed":
+        return PodProblem(1, "pod Failed")
+    return PodProblem(0)
+
+
+class Diagnosis:
+    """Reads pods and events of one job to explain a failure or a wait."""
+
+    def __init__(self, clients: Clients, api: JobApi, namespace: str, tail_lines: int):
+        self.clients, self.api, self.namespace, self.tail_lines = (
+            clients,
+            api,
+            namespace,
+            tail_lines,
+        )
+
+    def events(self, pod_name: str) -> list[str]:
+        """The pod's last three non-Normal events."""
+        try:
+            events = self.clients.core.list_namespaced_event(
+                self.namespace, field_selector=f"involvedObject.name={pod_name}"
+            ).items
+        except Exception:  # noqa: BLE001 - diagnosis is best effort
+            return []
+        warnings = [f"{e.reason}: {e.message}" for e in events if (e.type or "Warning") != "Normal"]
+        return warnings[-3:]
+
+    def fresh(self, pod: Any) -> Any:
+        """The pod as the API has it now (falls back to what we have)."""
+        try:
+            return self.clients.core.read_namespaced_pod(pod.metadata.name, self.namespace)
+        except Exception:  # noqa: BLE001 - diagnosis is best effort
+            return pod
+
+    def worst_pod(self, follower: PodFollower) -> tuple[Any, PodProblem] | None:
+        """The pod with the most severe problem (read fresh), or None."""
+        selector = f"{self.api.pod_job_label}={follower.job_name}"
+        try:
+            pods = self.clients.core.list_namespaced_pod(
+                self.namespace, label_selector=selector
+            ).items
+        except Exception:  # noqa: BLE001
+            pods = [s.pod for s in follower.snapshot()]
+        worst: tuple[Any, PodProblem] | None = None
+        for listed in pods:
+            pod = self.fresh(listed)
+            problem = pod_problem(pod, self.api.container)
+            if problem.severity and (worst is None or problem.severity > worst[1].severity):
+                worst = (pod, problem)
+        return worst
+
+    def permanent_exit(self, follower: PodFollower) -> tuple[Any, PodProblem] | None:
+        """A pod whose trainer container exited 1-127 (now or in its previous run), if any.
+
+        Read from what the pod watch saw (no extra requests per loop).
+        """
+        for state in follower.snapshot():
+            problem = pod_problem(state.pod, self.api.container)
+            if problem.exit_code is not None and 0 < problem.exit_code < 128:
+                return state.pod, problem
+        return None
+
+    def failure(self, follower: PodFollower) -> tuple[str, str]:
+        """(reason, details) naming the failing pod, its reason, events and last log lines."""
+        worst = self.worst_pod(follower)
+        if worst is None:
+            return "no failing pod found", ""
+        pod, problem = worst
+        replica = self.api.replica_of(pod)
+        lines = follower.logs.replica_tail(replica, self.tail_lines) or self._log_tail(pod)
+        details = ""
+        events = self.events(pod.metadata.name)
+        if events:
+            details += "\nEvents:\n" + "\n".join(f"  {e}" for e in events)
+        if lines:
+            details += f"\nLast log lines of {replica}:\n" + "\n".join(f"  {x}" for x in lines)
+        return f"pod {pod.metadata.name} ({replica}): {problem.text}", details
+
+    def _log_tail(self, pod: Any) -> list[str]:
+        try:
+            text = self.clients.core.read_namespaced_pod_log(
+                pod.metadata.name,
+                self.namespace,
+                container=self.api.container,
+                tail_lines=self.tail_lines,
+            )
+        except Exception:  # noqa: BLE001
+            return []
+        return text.splitlines()
+
+    def pending(self, follower: PodFollower, suspended: bool) -> str:
+        """What keeps the job's pods from starting."""
+        waiting = [s.pod for s in follower.snapshot() if not started(s.pod, self.api.container)]
+        if not waiting:
+            if suspended:
+                return "the job is suspended, waiting for Kueue to admit it (quota of its queue?)"
+            return "no pods created yet (quota, Kueue admission or gang scheduling?)"
+        parts = []
+        for pod in waiting:
+            problem = pod_problem(pod, self.api.container)
+            events = self.events(pod.metadata.name)
+            parts.append(
+                f"{pod.metadata.name}: {problem.text or 'Pending'}"
+                + (f" [{'; '.join(events)}]" if events else "")
+            )
+        return "; ".join(parts)

@@ -1,0 +1,41 @@
+"""The permissions the kubernetes backend uses: one list that pre-flight checks and rbac.yaml
+grants (a test holds the three together with the calls the backend really makes)."""
+
+from __future__ import annotations
+
+from components.launcher.apis import JOB_APIS, JobApi
+
+Permission = tuple[str, str, str]
+"""(API group, resource[/subresource], verb)."""
+
+JOB_VERBS = ("create", "get", "list", "watch", "delete")
+POD_PERMISSIONS: tuple[Permission, ...] = (
+    ("", "pods", "get"),
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "pods/log", "get"),
+    ("", "events", "list"),
+)
+RUNTIME_PERMISSION: Permission = ("trainer.kubeflow.org", "trainingruntimes", "get")
+"""Pre-flight reads a namespaced TrainingRuntime (a ClusterTrainingRuntime is cluster-scoped: it
+is read when allowed and skipped with a note when not, since a Role cannot grant it)."""
+
+
+def job_permissions(api: JobApi) -> tuple[Permission, ...]:
+    return tuple((api.group, api.plural, verb) for verb in JOB_VERBS)
+
+
+def required_permissions(
+    api: JobApi, *, namespaced_runtime: bool = False
+) -> tuple[Permission, ...]:
+    """What a run with ``api`` calls in its namespace."""
+    extra = (RUNTIME_PERMISSION,) if namespaced_runtime else ()
+    return job_permissions(api) + POD_PERMISSIONS + extra
+
+
+def granted_permissions() -> set[Permission]:
+    """Everything the launcher's Role grants: every job API, pods, logs, events, runtimes."""
+    granted = set(POD_PERMISSIONS) | {RUNTIME_PERMISSION}
+    for api in JOB_APIS.values():
+        granted |= set(job_permissions(api))
+    return granted

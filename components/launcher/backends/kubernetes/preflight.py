@@ -1,0 +1,109 @@
+"""Pre-flight: fail early, with the fix, when the cluster cannot run the job.
+
+The runtime a TrainJob references exists; this service account may do everything the run will
+do (a SelfSubjectAccessReview per permission); the namespace exists. (Which API is served is
+decided before, in ``discovery``.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from components.launcher.apis import JobApi
+from components.launcher.backends.kubernetes.clients import Clients
+from components.launcher.backends.kubernetes.permissions import Permission, required_permissions
+from components.launcher.result import PreflightError
+from components.launcher.spec import TrainSpec
+from components.launcher.trainjob import DEFAULT_RUNTIME, DEFAULT_RUNTIME_KIND
+
+RBAC_HINT = "components/launcher/rbac.yaml (python -m components.launcher rbac)"
+
+
+def preflight(clients: Clients, spec: TrainSpec, api: JobApi, note: Callable[[str], None]) -> None:
+    """Raise PreflightError naming what is missing and how to fix it."""
+    namespaced_runtime = api.name == "trainjob" and spec.runtime_kind == "TrainingRuntime"
+    if api.name == "trainjob":
+        check_runtime(clients, spec, note)
+    check_permissions(
+        clients, spec.namespace, required_permissions(api, namespaced_runtime=namespaced_runtime)
+    )
+    check_namespace(clients, spec.namespace)
+
+
+def check_runtime(clients: Clients, spec: TrainSpec, note: Callable[[str], None]) -> None:
+    """The TrainJob's runtime exists (a forbidden read of a cluster runtime is only noted)."""
+    from kubernetes.client.rest import ApiException
+
+    kind = spec.runtime_kind or DEFAULT_RUNTIME_KIND
+    name = spec.runtime_name or DEFAULT_RUNTIME
+    try:
+        if kind == "ClusterTrainingRuntime":
+            clients.custom.get_cluster_custom_object(
+                "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", name
+            )
+        else:
+            clients.custom.get_namespaced_custom_object(
+                "trainer.kubeflow.org", "v1alpha1", spec.namespace, "trainingruntimes", name
+            )
+    except ApiException as exc:
+        if exc.status == 404:
+            where = "" if kind == "ClusterTrainingRuntime" else f" in namespace {spec.namespace!r}"
+            raise PreflightError(
+                f"the {kind} {name!r} does not exist{where}: list the runtimes with `kubectl get "
+                f"{kind.lower()}s -A`, install Kubeflow Trainer's runtimes (manifests/overlays/"
+                "runtimes), or set runtime_name/runtime_kind to one that exists"
+            ) from exc
+        if exc.status == 403:
+            note(f"may not read {kind} {name!r} (HTTP 403); not checked before submitting")
+            return
+        raise PreflightError(f"reading {kind} {name!r} failed: {exc}") from exc
+
+
+def check_permissions(clients: Clients, namespace: str, needed: tuple[Permission, ...]) -> None:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    denied = []
+    for group, resource, verb in needed:
+        resource_name, _, subresource = resource.partition("/")
+        review = client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    namespace=namespace,
+                    group=group,
+                    resource=resource_name,
+                    subresource=subresource or None,
+                    verb=verb,
+                )
+            )
+        )
+        try:
+            answer = clients.authz.create_self_subject_access_review(review)
+        except ApiException as exc:
+            raise PreflightError(
+                f"cannot check permissions (SelfSubjectAccessReview: HTTP {exc.status}); every "
+                "authenticated user may create one (system:basic-user): check the service "
+                "account's token"
+            ) from exc
+        if not answer.status.allowed:
+            denied.append(f"{verb} {resource}" + (f" ({group})" if group else ""))
+    if denied:
+        raise PreflightError(
+            f"this service account may not: {', '.join(denied)} in namespace {namespace!r}. "
+            f"Apply {RBAC_HINT} (a Role + RoleBinding for the pipeline's service account) in "
+            f"{namespace!r}"
+        )
+
+
+def check_namespace(clients: Clients, namespace: str) -> None:
+    from kubernetes.client.rest import ApiException
+
+    try:
+        clients.core.read_namespace(namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise PreflightError(
+                f"namespace {namespace!r} does not exist: create it or set TrainSpec.namespace"
+            ) from exc
+        if exc.status != 403:  # 403: may not read namespaces; create will tell (404) instead
+            raise PreflightError(f"reading namespace {namespace!r} failed: {exc}") from exc

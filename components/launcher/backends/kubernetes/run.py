@@ -1,0 +1,261 @@
+"""One submit-and-follow of a spec on a cluster: ``KubernetesRun(spec, options).run()``.
+
+discovery (which API; ``auto`` picks TrainJob when Kubeflow Trainer v2 is served) → pre-flight →
+create (HTTP 409 from the same run → re-attach) → follow: every node's log, the job's conditions
+through a watch, the watchdog → Succeeded: result; Failed: the failing pod's reason, events and
+last log lines in ``JobFailed``; past ``timeout_s``: delete, ``JobTimeout``; SIGTERM (pipeline
+cancelled): delete, ``JobCancelled``. ``cleanup`` decides whether a finished job is deleted.
+The wait is our own loop (never an SDK's wait helper, whose timeouts broke the old KFP launcher).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from components.launcher.apis import JobPhase, job_api
+from components.launcher.backends.common import ReplicaLogs, sigterm_event
+from components.launcher.backends.kubernetes.clients import Clients
+from components.launcher.backends.kubernetes.diagnosis import Diagnosis
+from components.launcher.backends.kubernetes.discovery import ApiChoice, choose_api
+from components.launcher.backends.kubernetes.pods import PodFollower
+from components.launcher.backends.kubernetes.preflight import preflight
+from components.launcher.backends.kubernetes.submit import JobHandle
+from components.launcher.backends.kubernetes.watchdog import Watchdog
+from components.launcher.options import KubernetesOptions
+from components.launcher.result import (
+    JobCancelled,
+    JobFailed,
+    JobResult,
+    JobTimeout,
+    read_summary,
+)
+from components.launcher.spec import TrainSpec
+
+
+class KubernetesRun:
+    """One submit-and-follow of a spec; ``run()`` returns a JobResult or raises."""
+
+    def __init__(self, spec: TrainSpec, options: KubernetesOptions | None = None):
+        self.options = options or KubernetesOptions()
+        self.logs = ReplicaLogs(self.options.log)
+        self.clients = Clients.connect(self.options)
+        self.requested = spec
+        self.output_dir = self.options.output_dir or spec.trainer_flag("--output-dir")
+        self.watchdog_reports: list[str] = []
+
+    def choose(self) -> ApiChoice:
+        """The API to submit with (without pre-flight, a concrete API is taken as it is)."""
+        if not self.options.preflight and self.requested.api != "auto":
+            return ApiChoice(job_api(self.requested.api), "pre-flight off")
+        return choose_api(self.clients, self.requested.api)
+
+    def run(self) -> JobResult:
+        choice = self.choose()
+        self.logs.note(f"submitting a {choice.api.kind}: {choice.why}")
+        spec = self.requested.for_api(choice.api.name)  # refuses what that API cannot express
+        if self.options.preflight:
+            preflight(self.clients, spec, choice.api, self.logs.note)
+        follow = _Follow(self, spec, choice)
+        return follow.run()
+
+
+class _Follow:
+    """The wait loop of one submitted job."""
+
+    def __init__(self, run: KubernetesRun, spec: TrainSpec, choice: ApiChoice):
+        options = run.options
+        self.run_ = run
+        self.options = options
+        self.spec = spec
+        self.api = choice.api
+        self.logs: ReplicaLogs = run.logs
+        self.job = JobHandle(run.clients, self.api, spec, run.logs.note)
+        self.follower = PodFollower(
+            clients=run.clients,
+            api=self.api,
+            namespace=spec.namespace,
+            job_name=spec.name,
+            logs=run.logs,
+            poll_interval_s=options.poll_interval_s,
+        )
+        self.diagnosis = Diagnosis(run.clients, self.api, spec.namespace, options.tail_lines)
+        self.suspended = False
+        self.watchdog = Watchdog(
+            pending_timeout_s=options.pending_timeout_s,
+            silence_timeout_s=options.silence_timeout_s,
+            container=self.api.container,
+            describe_pending=lambda: self.diagnosis.pending(self.follower, self.suspended),
+        )
+        self.start = time.monotonic()
+        self.reattached = False
+        self.phase = JobPhase(None)
+
+    # -- results -------------------------------------------------------------------------------
+
+    def _result(self, phase: str, reason: str = "") -> JobResult:
+        return JobResult(
+            name=self.spec.name,
+            api=self.api.name,
+            namespace=self.spec.namespace,
+            backend="kubernetes",
+            phase=phase,
+            duration_s=round(time.monotonic() - self.start, 3),
+            restarts=max(self.follower.restarts(), self.phase.restarts),
+            log_tail=self.logs.tail(),
+            summary=read_summary(self.run_.output_dir),
+            reason=reason,
+            reattached=self.reattached,
+            watchdog=list(self.run_.watchdog_reports),
+        )
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> JobResult:
+        with sigterm_event(self.options.handle_sigterm) as cancelled:
+            try:
+                self.reattached = self.job.create()
+                self.follower.start()
+                return self._loop(cancelled)
+            except KeyboardInterrupt:
+                self.job.delete("cancelled (SIGTERM)")
+                raise JobCancelled(
+                    f"{self.job.title} cancelled: deleted the job",
+                    self._result("Cancelled", "SIGTERM"),
+                ) from None
+            finally:
+                self.follower.stop.set()
+
+    def _loop(self, cancelled: threading.Event) -> JobResult:
+        while True:
+            if cancelled.is_set():
+                raise KeyboardInterrupt
+            self._check_timeout()
+            self._check_watchdog()
+            self._read_phase()
+            if self.phase.phase == "Succeeded":
+                return self._succeeded()
+            if self.phase.phase == "Failed":
+                raise self._failed()
+            self._check_permanent_exit()
+
+    def _check_timeout(self) -> None:
+        timeout = self.options.timeout_s
+        if timeout is None or time.monotonic() - self.start <= timeout:
+            return
+        self.job.delete(f"timeout_s={timeout:g} exceeded")
+        reason = f"ran past timeout_s={timeout:g} s; the job was deleted"
+        raise JobTimeout(f"{self.job.title} {reason}", self._result("Timeout", reason))
+
+    def _check_watchdog(self) -> None:
+        message = self.watchdog.check(self.follower, self.start)
+        if not message:
+            return
+        self.run_.watchdog_reports.append(message)
+        self.logs.note(f"watchdog: {message}")
+        if self.options.watchdog_fails:
+            self.job.delete("watchdog")
+            raise JobFailed(
+                f"{self.job.title}: watchdog: {message}; the job was deleted",
+                self._result("Failed", message),
+            )
+
+    def _read_phase(self) -> None:
+        for kind, job in self._watch_job_once(max(1, int(self.options.poll_interval_s))):
+            if kind == "DELETED":
+                raise JobFailed(
+                    f"{self.job.title} was deleted by someone else while running",
+                    self._result("Failed", "deleted"),
+                )
+            self.suspended = self.api.suspended(job)
+            self.phase = self.api.phase(job)
+
+    def _check_permanent_exit(self) -> None:
+        """A node whose program exited 1-127 (bad config, bad data) failed for good: stop now.
+
+        A PyTorchJob with the ExitCode policy stops by itself; a TrainJob's Jobs (and a
+        PyTorchJob with OnFailure/Always) would restart it on every GPU again and again, so the
+        job is deleted after its reason and log tail were read.
+        """
+        found = self.diagnosis.permanent_exit(self.follower)
+        if found is None:
+            return
+        pod, problem = found
+        restarts_itself = not (
+            self.api.name == "pytorchjob"
+            and (self.spec.restart_policy or "ExitCode") in ("ExitCode", "Never")
+        )
+        if not restarts_itself:
+            return  # the controller marks the job Failed; the loop reports it then
+        time.sleep(min(1.0, self.options.poll_interval_s))  # let its last log lines arrive
+        reason, details = self.diagnosis.failure(self.follower)
+        message = (
+            f"{self.job.title}: a node exited with permanent code {problem.exit_code} "
+            f"({reason}); not retried"
+        )
+        self.follower.stop.set()
+        self.job.delete(f"permanent exit code {problem.exit_code}: not restarting it")
+        raise JobFailed(f"{message}{details}", self._result("Failed", message))
+
+    def _succeeded(self) -> JobResult:
+        time.sleep(min(1.0, self.options.poll_interval_s))  # let log streams drain
+        result = self._result("Succeeded")
+        self.follower.stop.set()
+        if self.options.cleanup in ("always", "on-success"):
+            self.job.delete(f"succeeded; cleanup={self.options.cleanup}")
+        return result
+
+    def _failed(self) -> JobFailed:
+        time.sleep(min(1.0, self.options.poll_interval_s))
+        reason, details = self.diagnosis.failure(self.follower)
+        message = self.phase.message
+        result = self._result("Failed", f"{message}; {reason}".strip("; "))
+        self.follower.stop.set()
+        if self.options.cleanup == "always":
+            self.job.delete("failed; cleanup=always")
+            kept = ""
+        else:
+            kept = f"\n{self.job.kept_note()}"
+        return JobFailed(
+            f"{self.job.title} failed: {message}. Failing {reason}{details}{kept}", result
+        )
+
+    def _watch_job_once(self, timeout: int) -> list[tuple[str, dict[str, Any]]]:
+        """The job's watch events for up to ``timeout`` s (the first replays its current state).
+
+        A broken watch falls back to one GET, so a flaky connection never ends the follow.
+        """
+        from kubernetes import watch
+
+        api, spec = self.api, self.spec
+        events = []
+        try:
+            stream = watch.Watch()
+            for event in stream.stream(
+                self.run_.clients.custom.list_namespaced_custom_object,
+                api.group,
+                api.version,
+                spec.namespace,
+                api.plural,
+                field_selector=f"metadata.name={spec.name}",
+                timeout_seconds=timeout,
+            ):
+                events.append((event["type"], event["object"]))
+                if event["type"] == "DELETED" or api.phase(event["object"]).phase:
+                    stream.stop()
+            return events
+        except Exception as exc:  # noqa: BLE001 - ApiException, urllib3 errors, bad chunks
+            self.logs.note(f"job watch interrupted ({exc}); reading the job instead")
+        time.sleep(self.options.poll_interval_s)
+        try:
+            job = self.job.get()
+        except Exception as exc:  # noqa: BLE001
+            self.logs.note(f"reading the job failed ({exc}); retrying")
+            return []
+        return [("DELETED", {})] if job is None else [("MODIFIED", job)]
+
+
+def run_kubernetes(spec: TrainSpec, options: KubernetesOptions | None = None) -> JobResult:
+    """Submit ``spec`` to the cluster and follow it."""
+    return KubernetesRun(spec, options).run()

@@ -1,0 +1,136 @@
+"""Create a job, re-attach to the one a previous attempt of this step created, delete it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from components.launcher.apis import JobApi
+from components.launcher.backends.kubernetes.clients import Clients
+from components.launcher.names import RUN_ID_LABEL, TASK_LABEL
+from components.launcher.result import JobExists, JobFailed, PreflightError
+from components.launcher.spec import TrainSpec
+
+
+class JobHandle:
+    """One job of one API in one namespace: create it, read it, delete it."""
+
+    def __init__(self, clients: Clients, api: JobApi, spec: TrainSpec, note: Callable[[str], None]):
+        self.clients, self.api, self.spec, self.note = clients, api, spec, note
+
+    @property
+    def title(self) -> str:
+        return f"{self.api.kind} {self.spec.namespace}/{self.spec.name}"
+
+    def create(self) -> bool:
+        """Create the job; True when an existing job of the same run was re-attached instead."""
+        from kubernetes.client.rest import ApiException
+
+        api, spec = self.api, self.spec
+        manifest = api.build(spec)
+        try:
+            self.clients.custom.create_namespaced_custom_object(
+                api.group, api.version, spec.namespace, api.plural, manifest
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return self._reattach()
+            if exc.status == 404:
+                raise PreflightError(
+                    f"namespace {spec.namespace!r} does not exist (create returned 404): create "
+                    "it or set TrainSpec.namespace"
+                ) from exc
+            if exc.status == 403:
+                raise PreflightError(
+                    f"forbidden to create {api.plural} in {spec.namespace!r}: apply "
+                    "components/launcher/rbac.yaml (python -m components.launcher rbac)"
+                ) from exc
+            raise JobFailed(f"creating {self.title} failed: {_reason(exc)}") from exc
+        self.note(f"created {self.title}")
+        return False
+
+    def _reattach(self) -> bool:
+        spec = self.spec
+        existing = self.get() or {}
+        theirs = (existing.get("metadata") or {}).get("labels") or {}
+        ours = spec.job_labels()
+        same = bool(spec.run_id) and all(
+            theirs.get(k) == ours[k] for k in (RUN_ID_LABEL, TASK_LABEL)
+        )
+        if not same:
+            raise JobExists(
+                f"{self.title} already exists and was not created by this run (its labels "
+                f"{RUN_ID_LABEL}={theirs.get(RUN_ID_LABEL)!r}, {TASK_LABEL}="
+                f"{theirs.get(TASK_LABEL)!r}; ours {ours[RUN_ID_LABEL]!r}, {ours[TASK_LABEL]!r}): "
+                f"delete it (kubectl delete {self.api.kind.lower()} -n {spec.namespace} "
+                f"{spec.name}) or choose another name"
+            )
+        self.note(
+            f"{self.title} already exists for this run ({RUN_ID_LABEL}={ours[RUN_ID_LABEL]}): "
+            "re-attaching instead of creating a duplicate"
+        )
+        return True
+
+    def get(self) -> dict[str, Any] | None:
+        """The job as the API has it (None when it does not exist)."""
+        from kubernetes.client.rest import ApiException
+
+        api = self.api
+        try:
+            return self.clients.custom.get_namespaced_custom_object(
+                api.group, api.version, self.spec.namespace, api.plural, self.spec.name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def kept_note(self) -> str:
+        """Where the kept (failed) job is, how long it stays and how to delete it."""
+        kind, spec = self.api.kind.lower(), self.spec
+        ttl = (
+            "; the Training Operator deletes it after its ttlSecondsAfterFinished"
+            if self.api.name != "trainjob"
+            else ""
+        )
+        return (
+            f"The job and its pods are kept for inspection{ttl}: kubectl describe {kind} -n "
+            f"{spec.namespace} {spec.name}; delete it with kubectl delete {kind} -n "
+            f"{spec.namespace} {spec.name}"
+        )
+
+    def delete(self, why: str) -> None:
+        """Delete the job and (in the background) its pods; a job already gone is fine."""
+        delete_job(self.clients, self.api, self.spec.namespace, self.spec.name, why, self.note)
+
+
+def delete_job(
+    clients: Clients, api: JobApi, namespace: str, name: str, why: str, note: Callable[[str], None]
+) -> bool:
+    """Delete one job; True if it was deleted, False if it was already gone."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        clients.custom.delete_namespaced_custom_object(
+            api.group,
+            api.version,
+            namespace,
+            api.plural,
+            name,
+            body=client.V1DeleteOptions(propagation_policy="Background"),
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        note(f"could not delete {api.kind} {namespace}/{name}: {_reason(exc)}")
+        return False
+    note(f"deleted {api.kind} {namespace}/{name} ({why})")
+    return True
+
+
+def _reason(exc: Any) -> str:
+    return (
+        f"HTTP {getattr(exc, 'status', '?')} {getattr(exc, 'reason', '')}: "
+        + str(getattr(exc, "body", "") or "")[:500]
+    )

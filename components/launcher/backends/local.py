@@ -1,0 +1,498 @@
+"""Local backend: the TrainSpec's nodes as local processes with the chosen API's env contract.
+
+For development and tests, not a scheduler. Each node ("pod") gets what its controller would give
+it, plus PYTHONUNBUFFERED=1 and GLOO_SOCKET_IFNAME=lo on Linux (gloo otherwise picks the host's
+first interface):
+
+- **trainjob** (Kubeflow Trainer v2, the ``torch-distributed`` runtime; also ``auto``): replicas
+  ``node-0..N-1`` with ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``,
+  ``PET_MASTER_ADDR``, ``PET_MASTER_PORT`` and nothing else; the container command runs
+  torchrun in each node (the default command, ``python -m trainer.torchrun -m trainer.train``),
+  which turns those into RANK/WORLD_SIZE/LOCAL_RANK for its workers, exactly as in the pod.
+- **pytorchjob** (Training Operator v1): ``master-0``, ``worker-0..`` with MASTER_ADDR/MASTER_PORT,
+  WORLD_SIZE, RANK (= pod rank), and the PET_* variables. With ``nproc_per_node == 1`` (and no
+  elastic policy) the default command runs ``python -m trainer.train`` directly per replica (one
+  process, no torchrun agent: about a second less per replica, and the replica's exit code is the
+  trainer's); with more processes per node it runs torchrun like the pod.
+- **tfjob** (Training Operator v1, a TensorFlow program): ``chief-0``, ``worker-0..``, ``ps-0..``,
+  each with the operator's ``TF_CONFIG`` (``backends.tf_config``: the cluster on loopback, one
+  port per replica, and the replica's task type and index) and nothing else. As the operator's
+  default success policy has it, the job succeeds when the Chief exits 0; replicas still running
+  then (parameter servers serve until stopped) are stopped as the operator's cleanPodPolicy
+  Running deletes their pods.
+
+``torchrun``/``python`` at the head of a custom command become this interpreter.
+
+Restarts: a node that exits non-zero stops the whole group (SIGTERM, then SIGKILL after
+``grace_period_s``) and, if the failure is retryable and the restart budget is not used up, the
+group starts again on a fresh port; the trainer resumes from its newest checkpoint by itself.
+PyTorchJob and TFJob: their restart policy (ExitCode, the PyTorchJob's default: 1-127 permanent,
+signals/128-255 retryable; OnFailure, the TFJob's default, and Always: any failure; Never: none)
+and ``backoff_limit`` (a restarted TensorFlow program resumes from its own checkpoint).
+TrainJob: exit codes 1-127 are
+permanent (the launcher fails such a job fast on a cluster too), signals are retried up to 6
+times (a Kubernetes Job's default backoffLimit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from components.launcher.backends.common import ReplicaLogs, sigterm_event
+from components.launcher.backends.tf_config import tf_config_env, tf_tasks
+from components.launcher.options import LocalOptions
+from components.launcher.result import (
+    JobCancelled,
+    JobFailed,
+    JobResult,
+    JobTimeout,
+    read_summary,
+)
+from components.launcher.spec import STAGE_ROOT, TrainSpec
+from components.launcher.training_operator import default_restart_policy
+
+DEFAULT_BACKOFF_LIMIT = 6  # Kubernetes' own default (a Job's backoffLimit) when none is set.
+PYTORCHJOB_BACKOFF_LIMIT = 3  # the v1 builders' default (PyTorchJob, TFJob)
+NODES_DIR_ENV = "KFP_DDP_LOCAL_NODES_DIR"
+"""The default of LocalOptions.nodes_dir (``kfp-ddp run-local`` points it into its workspace)."""
+NODE_TAG_ENV = "KFP_DDP_LOCAL_NODE"
+"""Set in every node's environment (and so in everything it starts): finds its processes."""
+
+
+def _kill_tagged(tag: str, sig: int) -> None:
+    """Send ``sig`` to every process whose environment carries ``NODE_TAG_ENV=tag`` (Linux)."""
+    needle = f"{NODE_TAG_ENV}={tag}".encode() + b"\0"
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ + b"\0":
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), sig)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_api(spec: TrainSpec) -> str:
+    """The env contract to emulate: the spec's API; ``auto`` is a TrainJob (Kubeflow's current)."""
+    return spec.api if spec.api in ("pytorchjob", "tfjob") else "trainjob"
+
+
+def replica_names(spec: TrainSpec) -> list[str]:
+    """Pod suffixes in node-rank order: node-0.. (TrainJob); master-0, worker-0.. (PyTorchJob);
+    chief-0, worker-0.., ps-0.. (TFJob)."""
+    if local_api(spec) == "tfjob":
+        return [task.name for task in tf_tasks(spec)]
+    if local_api(spec) == "trainjob":
+        return [f"node-{i}" for i in range(spec.workers)]
+    if spec.elastic:
+        return [f"worker-{i}" for i in range(spec.workers)]
+    return ["master-0"] + [f"worker-{i}" for i in range(spec.workers - 1)]
+
+
+class PathMapper:
+    """Rewrites container paths under PVC mount paths to local folders."""
+
+    def __init__(self, spec: TrainSpec, path_map: dict[str, str] | None, workdir: Path):
+        self.map: dict[str, str] = {}
+        given = {k.rstrip("/") or "/": str(v) for k, v in (path_map or {}).items()}
+        for pvc in spec.pvcs:
+            mount = pvc.path.rstrip("/") or "/"
+            target = given.get(mount) or str(workdir / "volumes" / pvc.claim)
+            Path(target).mkdir(parents=True, exist_ok=True)
+            self.map[mount] = target
+        for mount, target in given.items():
+            self.map.setdefault(mount, target)
+        self._order = sorted(self.map, key=len, reverse=True)
+
+    def with_mount(self, mount: str, target: str) -> PathMapper:
+        """A copy that also maps ``mount`` (a node's own folder, e.g. its staging disk)."""
+        copy = PathMapper.__new__(PathMapper)
+        copy.map = dict(self.map) | {mount.rstrip("/") or "/": target}
+        copy._order = sorted(copy.map, key=len, reverse=True)
+        return copy
+
+    def __call__(self, value: str) -> str:
+        if "=" in value and not value.startswith("/"):
+            key, _, rest = value.partition("=")
+            return f"{key}={self(rest)}"
+        for mount in self._order:
+            if value == mount or value.startswith(mount + "/"):
+                return self.map[mount] + value[len(mount) :]
+        return value
+
+
+@dataclass
+class _Replica:
+    name: str
+    rank: int
+    proc: subprocess.Popen
+    reader: threading.Thread
+
+
+def _exit_code(returncode: int) -> int:
+    """Popen's -N for a signal N as a shell/Kubernetes exit code (128 + N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _retryable(policy: str, code: int) -> bool:
+    if policy == "Never":
+        return False
+    if policy == "ExitCode":
+        return code >= 128
+    return True
+
+
+@dataclass(frozen=True)
+class RestartRule:
+    """When the local group restarts: the policy it follows and its budget."""
+
+    policy: str
+    limit: int
+
+    @classmethod
+    def of(cls, spec: TrainSpec) -> RestartRule:
+        if local_api(spec) == "trainjob":
+            return cls(policy="ExitCode", limit=DEFAULT_BACKOFF_LIMIT)
+        limit = PYTORCHJOB_BACKOFF_LIMIT if spec.backoff_limit is None else spec.backoff_limit
+        return cls(policy=default_restart_policy(spec), limit=limit)
+
+    def retryable(self, code: int) -> bool:
+        return _retryable(self.policy, code)
+
+
+class LocalRun:
+    """One local run of a spec; ``run()`` returns a JobResult or raises JobFailed."""
+
+    def __init__(self, spec: TrainSpec, options: LocalOptions | None = None):
+        options = options or LocalOptions()
+        self.spec = spec
+        self.api = local_api(spec)
+        self.options = options
+        self.workdir = Path(options.workdir or os.getcwd()).resolve()
+        self.paths = PathMapper(spec, options.path_map, self.workdir)
+        self.logs = ReplicaLogs(options.log)
+        self.on_event = options.on_event or (lambda kind, info: None)
+        self.restart = RestartRule.of(spec)
+        self.run_tag = f"{os.getpid()}-{secrets.token_hex(4)}"
+        flag_dir = spec.trainer_flag("--output-dir")
+        self.output_dir = options.output_dir or (self.paths(flag_dir) if flag_dir else None)
+
+    # -- launching -----------------------------------------------------------------------------
+
+    def _direct(self) -> bool:
+        """Run the trainer without torchrun (PyTorchJob contract, one process per node)."""
+        spec = self.spec
+        return (
+            self.api == "pytorchjob"
+            and spec.command is None
+            and spec.nproc_per_node == 1
+            and not spec.elastic
+        )
+
+    def command(self, paths: PathMapper | None = None) -> list[str]:
+        """The node's command; with ``stage_data_uri`` the staging runs first in the same process
+        (locally there is no init container), then execs the training command."""
+        spec = self.spec
+        paths = paths or self.paths
+        head = ["python", "-m", "trainer.train"] if self._direct() else spec.container_command()
+        head = self._local_program(head) + spec.container_args()
+        staging = self._local_program(spec.stage_command())
+        full = [*staging, "--", *head] if staging else head
+        return [paths(a) for a in full]
+
+    def _local_program(self, command: list[str]) -> list[str]:
+        """``python``/``torchrun`` at the head of a command become this interpreter."""
+        python = self.options.python
+        if command[:1] == ["torchrun"]:
+            return [python, "-m", "torch.distributed.run", *command[1:]]
+        if command[:1] in (["python"], ["python3"]):
+            return [python, *command[1:]]
+        return command
+
+    def node_paths(self, replica: str) -> PathMapper:
+        """The path map of one node: the shared ones, plus its own staging disk."""
+        if not self.spec.stage_data_uri:
+            return self.paths
+        nodes = self.options.nodes_dir or os.environ.get(NODES_DIR_ENV) or self.workdir / "nodes"
+        root = self.spec.stage_cache_host_path or str(Path(nodes) / replica / "stage")
+        Path(root).mkdir(parents=True, exist_ok=True)
+        return self.paths.with_mount(STAGE_ROOT, root)
+
+    def _contract(self, rank: int, ports: list[int]) -> dict[str, str]:
+        """The variables the controller gives node ``rank`` (``ports``: one per replica)."""
+        spec, port = self.spec, ports[0]  # the torch contracts meet at replica 0's port
+        if self.api == "tfjob":
+            tasks = tf_tasks(spec)
+            return tf_config_env(tasks, ports, tasks[rank])
+        contract = {
+            "PET_NNODES": str(spec.workers),
+            "PET_NPROC_PER_NODE": str(spec.nproc_per_node),
+            "PET_NODE_RANK": str(rank),
+            "PET_MASTER_ADDR": "127.0.0.1",
+            "PET_MASTER_PORT": str(port),
+        }
+        if self.api == "trainjob":
+            return contract
+        contract |= {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "WORLD_SIZE": str(spec.world_size),
+            "RANK": str(rank),
+        }
+        if spec.elastic:
+            contract |= {
+                "PET_NNODES": f"{spec.elastic_min_replicas}:{spec.elastic_max_replicas}",
+                "PET_RDZV_BACKEND": "c10d",
+                "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}",
+            }
+            if spec.max_restarts is not None:
+                contract["PET_MAX_RESTARTS"] = str(spec.max_restarts)
+        if self._direct():
+            contract |= {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+        return contract
+
+    def replica_env(self, rank: int, ports: list[int]) -> dict[str, str]:
+        env = dict(os.environ)
+        # Whatever this process inherited from a launcher of its own must not leak in.
+        for name in [k for k in env if k.startswith("PET_")] + [
+            "TF_CONFIG",
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+        ]:
+            env.pop(name, None)
+        env.update({k: self.paths(v) for k, v in self.spec.merged_env().items()})
+        if self.spec.s3_endpoint:
+            env["AWS_ENDPOINT_URL_S3"] = self.spec.s3_endpoint
+        env.update(self.options.extra_env)
+        env.update(self._contract(rank, ports))
+        env["PYTHONUNBUFFERED"] = "1"
+        if sys.platform.startswith("linux"):
+            env["GLOO_SOCKET_IFNAME"] = "lo"
+        return env
+
+    def _start_group(self, attempt: int) -> list[_Replica]:
+        names = replica_names(self.spec)
+        ports = [free_port() for _ in names]
+        replicas = []
+        for rank, name in enumerate(names):
+            cmd = self.command(self.node_paths(name))
+            proc = subprocess.Popen(
+                cmd,
+                env=self.replica_env(rank, ports) | {NODE_TAG_ENV: self._tag(name)},
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: torchrun children stop with it
+            )
+            reader = threading.Thread(
+                target=self._pump, args=(name, proc), name=f"log-{name}", daemon=True
+            )
+            reader.start()
+            replicas.append(_Replica(name=name, rank=rank, proc=proc, reader=reader))
+            self.on_event("started", {"replica": name, "pid": proc.pid, "attempt": attempt})
+        where = f"ports {ports}" if self.api == "tfjob" else f"MASTER_PORT={ports[0]}"
+        self.logs.note(
+            f"attempt {attempt}: started {len(replicas)} replica(s) on {where}: " + " ".join(cmd)
+        )
+        return replicas
+
+    def _pump(self, name: str, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for raw in iter(proc.stdout.readline, b""):
+            self.logs.line(name, raw.decode("utf-8", errors="replace"))
+        proc.stdout.close()
+
+    def _stop_group(self, replicas: list[_Replica], sig: int = signal.SIGTERM) -> None:
+        """Stop every node: SIGTERM (a chance to checkpoint), SIGKILL after the grace period.
+
+        A node whose main process already died is a dead pod: whatever it left running (torchrun
+        starts its workers in sessions of their own) is killed at once, as a pod's processes die
+        with it. Nodes are found by a tag in their environment, which their children inherit.
+        """
+        for r in replicas:
+            if r.proc.poll() is not None:
+                _kill_tagged(self._tag(r.name), signal.SIGKILL)
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(r.proc.pid, sig)
+        deadline = time.monotonic() + self.options.grace_period_s
+        for r in replicas:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                r.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        for r in replicas:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(r.proc.pid, signal.SIGKILL)
+            _kill_tagged(self._tag(r.name), signal.SIGKILL)
+            r.proc.wait()
+            r.reader.join(timeout=5)
+
+    def _tag(self, replica: str) -> str:
+        return f"{self.run_tag}/{replica}"
+
+    # -- running -------------------------------------------------------------------------------
+
+    def _deadline(self, start: float) -> tuple[float | None, str]:
+        limits = []
+        if self.spec.active_deadline_seconds:
+            limits.append((self.spec.active_deadline_seconds, "activeDeadlineSeconds"))
+        if self.options.timeout_s:
+            limits.append((self.options.timeout_s, "timeout_s"))
+        if not limits:
+            return None, ""
+        seconds, knob = min(limits)
+        return start + seconds, f"{knob}={seconds:g}"
+
+    def _result(self, phase: str, start: float, restarts: int, reason: str = "") -> JobResult:
+        return JobResult(
+            name=self.spec.name,
+            api=self.api,
+            namespace=self.spec.namespace,
+            backend="local",
+            phase=phase,
+            duration_s=round(time.monotonic() - start, 3),
+            restarts=restarts,
+            log_tail=self.logs.tail(),
+            summary=read_summary(self.output_dir),
+            reason=reason,
+        )
+
+    def _wait_group(self, replicas: list[_Replica], run: _RunClock, cancelled) -> _Exit | None:
+        """Wait until every replica succeeded (None) or one failed; stop on SIGTERM/deadline."""
+        while True:
+            if cancelled.is_set():
+                self.logs.note("SIGTERM: forwarding to every replica, then stopping")
+                self._stop_group(replicas)
+                reason = "cancelled by SIGTERM"
+                result = self._result("Cancelled", run.start, run.restarts, reason)
+                raise JobCancelled(f"local job {self.spec.name}: {reason}", result)
+            if run.deadline is not None and time.monotonic() > run.deadline:
+                self._stop_group(replicas)
+                reason = f"ran past {run.deadline_knob} s; replicas stopped"
+                result = self._result("Timeout", run.start, run.restarts, reason)
+                raise JobTimeout(f"local job {self.spec.name} {reason}", result)
+            codes = [r.proc.poll() for r in replicas]
+            if self._succeeded(codes):
+                self._stop_the_rest(replicas)
+                for r in replicas:
+                    r.reader.join(timeout=5)
+                return None
+            bad = [_Exit(r, _exit_code(c)) for r, c in zip(replicas, codes, strict=True) if c]
+            if bad:
+                # A killed replica makes its peers fail too (gloo: "connection closed by peer");
+                # when both show up in one poll, blame the signalled one.
+                return max(bad, key=lambda failure: failure.code >= 128)
+            time.sleep(0.1)
+
+    def _succeeded(self, codes: list[int | None]) -> bool:
+        """Every replica exited 0; a TFJob: its Chief did (the operator's default policy)."""
+        if self.api == "tfjob":
+            return codes[0] == 0  # chief-0
+        return all(c == 0 for c in codes)
+
+    def _stop_the_rest(self, replicas: list[_Replica]) -> None:
+        """After success, stop what still runs (a TFJob's parameter servers serve until then)."""
+        running = [r for r in replicas if r.proc.poll() is None]
+        if running:
+            self.logs.note(
+                f"{replicas[0].name} succeeded, so the job did; stopping "
+                f"{', '.join(r.name for r in running)} (cleanPodPolicy Running)"
+            )
+            self._stop_group(running)
+
+    def _give_up(self, failure: _Exit, run: _RunClock) -> JobFailed:
+        rule = self.restart
+        name, code = failure.replica.name, failure.code
+        why = (
+            f"restart policy {rule.policy} treats exit code {code} as permanent"
+            if not rule.retryable(code)
+            else f"backoff limit {rule.limit} restarts used up"
+        )
+        reason = f"replica {name} exited with code {code} ({why})"
+        tail = "\n".join(f"  [{name}] {line}" for line in self.logs.replica_tail(name))
+        result = self._result("Failed", run.start, run.restarts, reason)
+        return JobFailed(
+            f"local job {self.spec.name} failed: {reason}. Last log lines:\n{tail}", result
+        )
+
+    def run(self) -> JobResult:
+        start = time.monotonic()
+        deadline, knob = self._deadline(start)
+        run = _RunClock(start=start, deadline=deadline, deadline_knob=knob)
+        self.logs.note(f"local {self.api} contract, {self.spec.workers} node(s)")
+        with sigterm_event(self.options.handle_sigterm) as cancelled:
+            while True:
+                replicas = self._start_group(run.restarts)
+                try:
+                    failure = self._wait_group(replicas, run, cancelled)
+                except BaseException:
+                    # Ctrl-C or any error here: the nodes run in their own sessions (as pods
+                    # would), so nothing else stops them. Never leave them behind.
+                    self._stop_group(replicas)
+                    raise
+                if failure is None:
+                    return self._result("Succeeded", start, run.restarts)
+                self.on_event(
+                    "exited", {"replica": failure.replica.name, "exit_code": failure.code}
+                )
+                self._stop_group(replicas)
+                if not self.restart.retryable(failure.code) or run.restarts >= self.restart.limit:
+                    raise self._give_up(failure, run)
+                run.restarts += 1
+                self.logs.note(
+                    f"{failure.replica.name} exited with code {failure.code}; restarting the "
+                    f"group (restart {run.restarts} of {self.restart.limit}, restart policy "
+                    f"{self.restart.policy})"
+                )
+                self.on_event(
+                    "restarting", {"replica": failure.replica.name, "restarts": run.restarts}
+                )
+
+
+@dataclass
+class _Exit:
+    """A replica that exited non-zero, and its exit code (128 + N for signal N)."""
+
+    replica: _Replica
+    code: int
+
+
+@dataclass
+class _RunClock:
+    """When the run started, when it must end, and how often it restarted."""
+
+    start: float
+    deadline: float | None
+    deadline_knob: str
+    restarts: int = 0
+
+
+def run_local(spec: TrainSpec, options: LocalOptions | None = None) -> JobResult:
+    """Run ``spec`` as local processes."""
+    return LocalRun(spec, options).run()

@@ -1,0 +1,141 @@
+"""Click options derived from a dataclass's fields: the dataclass is the one list of parameters.
+
+Each field becomes ``--field-name`` (or the ``flag`` in its metadata) with its attribute docstring
+as help and its default shown: ``bool`` → ``--x/--no-x``; ``int``/``float``/``str`` (optional or
+not) → a typed option, with the allowed values when the field has ``choices``; ``list[...]`` →
+a repeatable option; ``dict[str, str]`` → a repeatable ``KEY=VALUE`` option, added to the field's
+default; ``list[str] | None`` named ``command`` → a JSON list. ``values_to_fields`` turns click's
+parameters back into keyword arguments for the dataclass.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import json
+import types
+import typing
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import click
+
+JSON_LIST_FIELDS = ("command",)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a dataclass (the string literal after each field)."""
+    body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, following in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _kind(annotation: Any) -> tuple[Any, bool]:
+    """(the non-None type, whether None is allowed)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0], True
+    return annotation, False
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def option_for(f: dataclasses.Field, hint: Any, doc: str, choices: tuple[str, ...] | None):
+    """The click option of one field."""
+    kind, _ = _kind(hint)
+    origin = typing.get_origin(kind) or kind
+    default = _default(f)
+    name = flag_of(f)
+    if kind is bool:
+        negative = "--no-" + name[2:]
+        return click.option(
+            f"{name}/{negative}", f.name, default=default, show_default=True, help=doc
+        )
+    if f.name in JSON_LIST_FIELDS:
+        return click.option(name, f.name, default=None, metavar="JSON", help=doc)
+    if origin is dict:
+        return click.option(name, f.name, multiple=True, metavar="KEY=VALUE", help=doc)
+    if origin is list:
+        return click.option(name, f.name, multiple=True, help=doc)
+    option_type = click.Choice(choices) if choices else {int: int, float: float}.get(kind, str)
+    show = default is not None and default != ""
+    return click.option(
+        name, f.name, type=option_type, default=default, show_default=show, help=doc
+    )
+
+
+def dataclass_options(
+    cls: type, *, exclude: Iterable[str] = (), choices: dict[str, tuple[str, ...]] | None = None
+) -> Callable[[Callable], Callable]:
+    """A decorator adding one click option per field of ``cls`` (but ``exclude``)."""
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
+    skip = set(exclude)
+    options = [
+        option_for(f, hints[f.name], docs.get(f.name, ""), (choices or {}).get(f.name))
+        for f in dataclasses.fields(cls)
+        if f.name not in skip and f.init
+    ]
+
+    def decorate(func: Callable) -> Callable:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+def _pairs(flag: str, values: Iterable[str]) -> dict[str, str]:
+    out = {}
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE", param_hint=flag)
+        out[key] = rest
+    return out
+
+
+def values_to_fields(cls: type, params: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for ``cls`` from click's values of its options (pops them)."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in params:
+            continue
+        value = params.pop(f.name)
+        kind, _ = _kind(hints[f.name])
+        origin = typing.get_origin(kind) or kind
+        if f.name in JSON_LIST_FIELDS:
+            if value is None:
+                continue
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise click.BadParameter(f"not JSON: {exc}", param_hint=flag_of(f)) from exc
+        elif origin is dict:
+            value = dict(_default(f) or {}) | _pairs(flag_of(f), value)
+        elif origin is list:
+            value = list(value)
+        out[f.name] = value
+    return out

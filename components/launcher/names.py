@@ -1,0 +1,70 @@
+"""Kubernetes naming rules and the labels every job of ours carries.
+
+One place for the DNS name and label grammars, the run-scoped job name (a retried KFP step finds
+the job its first attempt created) and the labels cleanup and re-attach select on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+RUN_ID_LABEL = "kfp-ddp.io/run-id"
+"""Label on every job and its pods: the KFP run id (cleanup and re-attach select on it)."""
+TASK_LABEL = "kfp-ddp.io/task"
+"""Label on every job and its pods: the KFP task name that launched it."""
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+ISTIO_INJECT = "sidecar.istio.io/inject"
+
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+SERVICE_ACCOUNT_NS_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def default_namespace() -> str:
+    """The pod's own namespace when running in a cluster, else ``default``."""
+    try:
+        return SERVICE_ACCOUNT_NS_FILE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def derive_job_name(run_id: str, task_name: str) -> str:
+    """A DNS-1035 job name that is the same every time the same KFP run + task asks for one.
+
+    A retried step therefore finds (and re-attaches to) the job its first attempt created, and a
+    recurring run gets a fresh name each time, unlike a name fixed at compile time.
+    """
+    base = re.sub(r"[^a-z0-9-]+", "-", task_name.lower()).strip("-")[:24].strip("-")
+    if not base or not base[0].isalpha():
+        base = f"job-{base}".rstrip("-")
+    digest = hashlib.sha256(f"{run_id}/{task_name}".encode()).hexdigest()[:10]
+    return f"{base}-{digest}"
+
+
+def label_safe(value: str) -> str:
+    """``value`` if it is a valid label value, else a stable 63-character-or-less digest of it."""
+    if len(value) <= 63 and LABEL_VALUE.match(value):
+        return value
+    return "h-" + hashlib.sha256(value.encode()).hexdigest()[:40]
+
+
+def qualified_name_ok(key: str) -> bool:
+    """Whether ``key`` is a valid label/annotation key (``[prefix/]name``)."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(LABEL_NAME.match(name))
+
+
+def run_labels(run_id: str, task_name: str) -> dict[str, str]:
+    """The run-scoped labels (run id and task), label-safe."""
+    return {
+        RUN_ID_LABEL: label_safe(run_id) if run_id else "none",
+        TASK_LABEL: label_safe(task_name) if task_name else "none",
+    }

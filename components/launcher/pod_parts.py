@@ -1,0 +1,135 @@
+"""Pod pieces every API's manifest shares: resources, volumes (/dev/shm and PVCs), tolerations.
+
+Built once, with the ``kubernetes`` client's models; the PyTorchJob builder puts them into its pod
+template, the TrainJob builder into ``resourcesPerNode`` and its runtime patch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client as k8s
+
+from components.launcher.spec import STAGE_ROOT, TrainSpec
+
+SHM_VOLUME = "dshm"
+STAGE_VOLUME = "staged-data"
+S3_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def resources(spec: TrainSpec) -> k8s.V1ResourceRequirements | None:
+    """CPU/memory requests and limits, and the GPUs as an extended-resource limit."""
+    requests = {k: v for k, v in (("cpu", spec.cpu_request), ("memory", spec.memory_request)) if v}
+    limits = {k: v for k, v in (("cpu", spec.cpu_limit), ("memory", spec.memory_limit)) if v}
+    if spec.gpus_per_worker:
+        # Extended resources: a limit alone is enough (the request defaults to it).
+        limits[spec.gpu_resource] = str(spec.gpus_per_worker)
+    if spec.rdma and spec.rdma_resource:
+        limits[spec.rdma_resource] = "1"
+    if not requests and not limits:
+        return None
+    return k8s.V1ResourceRequirements(requests=requests or None, limits=limits or None)
+
+
+def volumes(spec: TrainSpec) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount]]:
+    """The memory-backed /dev/shm and the PVCs, with their mounts in the training container."""
+    found: list[k8s.V1Volume] = []
+    mounts: list[k8s.V1VolumeMount] = []
+    if spec.shm_size:
+        found.append(
+            k8s.V1Volume(
+                name=SHM_VOLUME,
+                empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=spec.shm_size),
+            )
+        )
+        mounts.append(k8s.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm"))
+    if spec.stage_data_uri:
+        found.append(stage_volume(spec))
+        mounts.append(k8s.V1VolumeMount(name=STAGE_VOLUME, mount_path=STAGE_ROOT))
+    for i, pvc in enumerate(spec.pvcs):
+        name = f"pvc-{i}"
+        found.append(
+            k8s.V1Volume(
+                name=name,
+                persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
+                    claim_name=pvc.claim, read_only=pvc.read_only or None
+                ),
+            )
+        )
+        mounts.append(
+            k8s.V1VolumeMount(name=name, mount_path=pvc.path, read_only=pvc.read_only or None)
+        )
+    return found, mounts
+
+
+def tolerations(spec: TrainSpec) -> list[k8s.V1Toleration] | None:
+    return [
+        k8s.V1Toleration(
+            key=t.get("key"),
+            operator=t.get("operator"),
+            value=t.get("value"),
+            effect=t.get("effect"),
+            toleration_seconds=t.get("toleration_seconds"),
+        )
+        for t in spec.tolerations
+    ] or None
+
+
+def security_context(spec: TrainSpec) -> k8s.V1SecurityContext | None:
+    """IPC_LOCK for RDMA (registering pinned memory with the HCA needs it), else nothing."""
+    if not spec.rdma:
+        return None
+    return k8s.V1SecurityContext(capabilities=k8s.V1Capabilities(add=["IPC_LOCK"]))
+
+
+def stage_volume(spec: TrainSpec) -> k8s.V1Volume:
+    """The node's own disk for staged data: an emptyDir, or a hostPath cache kept between pods."""
+    if spec.stage_cache_host_path:
+        return k8s.V1Volume(
+            name=STAGE_VOLUME,
+            host_path=k8s.V1HostPathVolumeSource(
+                path=spec.stage_cache_host_path, type="DirectoryOrCreate"
+            ),
+        )
+    return k8s.V1Volume(name=STAGE_VOLUME, empty_dir=k8s.V1EmptyDirVolumeSource())
+
+
+def s3_env(spec: TrainSpec) -> list[k8s.V1EnvVar]:
+    """The endpoint as a value, the keys as references to the Secret (never their values)."""
+    found = []
+    if spec.s3_endpoint:
+        found.append(k8s.V1EnvVar(name="AWS_ENDPOINT_URL_S3", value=spec.s3_endpoint))
+    if spec.s3_credentials_secret:
+        found += [
+            k8s.V1EnvVar(
+                name=key,
+                value_from=k8s.V1EnvVarSource(
+                    secret_key_ref=k8s.V1SecretKeySelector(name=spec.s3_credentials_secret, key=key)
+                ),
+            )
+            for key in S3_SECRET_KEYS
+        ]
+    return found
+
+
+def env_vars(spec: TrainSpec) -> list[k8s.V1EnvVar] | None:
+    plain_env = [k8s.V1EnvVar(name=k, value=v) for k, v in spec.merged_env().items()]
+    return plain_env + s3_env(spec) or None
+
+
+def stage_init_container(spec: TrainSpec) -> k8s.V1Container | None:
+    """The init container that stages the data on the node (PyTorchJob; None without)."""
+    if not spec.stage_data_uri:
+        return None
+    return k8s.V1Container(
+        name="stage-data",
+        image=spec.image,
+        command=spec.stage_command(),
+        env=s3_env(spec) or None,
+        volume_mounts=[k8s.V1VolumeMount(name=STAGE_VOLUME, mount_path=STAGE_ROOT)],
+    )
+
+
+def plain(model: Any) -> Any:
+    """A kubernetes-client model (or a list/dict of them) as plain API JSON."""
+    return k8s.ApiClient().sanitize_for_serialization(model)

@@ -1,0 +1,422 @@
+"""The training step of a pipeline, as plain functions (unit-tested without KFP).
+
+One source of truth: the component's parameters are the fields of ``TrainingStepInputs`` (a
+test holds the component signature equal to them), and ``training_spec`` is the one function
+that turns them into a ``TrainSpec`` — used by the step itself, by ``kfp-ddp render`` and by the
+tests, so what render prints is what the step submits, name included.
+``run_training_step`` runs that spec and fills the ``Model`` and ``Metrics`` artifacts;
+``cleanup_step`` deletes a run's leftover jobs.
+
+What the Model artifact holds: for the PyTorch APIs, the trainer's four files (``MODEL_FILES``,
+all required — a custom PyTorch command must write them too); for a TFJob, the TensorFlow
+program's own outputs (``exported_files``): everything under ``<output_dir>/model/`` kept as a tree
+(a ``.keras`` file, a SavedModel folder...), plus ``summary.json`` and ``metrics.jsonl`` when it
+writes them — at least one of these must exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from components import DEFAULT_IMAGE
+from components.launcher.launcher import run_job
+from components.launcher.options import BackendOptions, options_for
+from components.launcher.result import JobCancelled, JobResult
+from components.launcher.spec import (
+    NODE_OUTPUT,
+    STAGED_DATA,
+    PvcMount,
+    SpecError,
+    TrainSpec,
+)
+
+MODEL_FILES = ("model/weights.pt", "model/model.json", "metrics.jsonl", "summary.json")
+"""Our trainer's outputs, exported flat into the Model artifact."""
+PROGRAM_FILES = ("metrics.jsonl", "summary.json")
+"""A TFJob program's optional top-level outputs, exported beside its ``model/`` tree."""
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+SUMMARY_METRICS = (
+    "final_train_loss",
+    "val_accuracy",
+    "val_loss",
+    "steps",
+    "epochs",
+    "world_size",
+    "wall_time_s",
+    "images_per_sec",
+    "restarts",
+    "resumed_from_step",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingStepInputs:
+    """The training component's parameters (its KFP signature mirrors these fields)."""
+
+    data_dir: str = ""
+    """The trainer's --data-dir (as the nodes see it, e.g. on the shared claim); '' with
+    data_uri."""
+    output_dir: str = ""
+    """Base folder of the training outputs (as the nodes see it): the trainer writes to
+    OUTPUT_DIR/<settings>/<data digest>, one folder per configuration and data, so a retried step
+    resumes its own checkpoints and other settings never resume a foreign one. '' (no shared
+    claim): each node's own disk, with checkpoint_uri holding what must outlive the pods."""
+    data_uri: str = ""
+    """s3://bucket/prefix every node stages onto its own disk before training (no shared volume);
+    then data_dir stays ''."""
+    checkpoint_uri: str = ""
+    """s3://bucket/prefix: the trainer mirrors its checkpoints and uploads its model under
+    CHECKPOINT_URI/<settings>/<data digest>/ (required without a shared claim: the model comes
+    back from there)."""
+    s3_endpoint: str = ""
+    """S3 endpoint of the nodes (MinIO, Ceph...); '' for AWS."""
+    s3_credentials_secret: str = ""
+    """Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for the nodes (staging, mirror)."""
+    api: str = "auto"
+    """trainjob, pytorchjob or auto (whichever the cluster serves); tfjob for a TensorFlow
+    program (its image here, its command in overrides_json)."""
+    name: str = ""
+    """Job name; '' derives one from the run and task (a retry re-attaches)."""
+    namespace: str = ""
+    """'' = the step's own namespace."""
+    image: str = DEFAULT_IMAGE
+    """Image of every training node."""
+    workers: int = 1
+    """Nodes (pods)."""
+    nproc_per_node: int = 0
+    """Processes per node (0: one per GPU, or 1 without GPUs)."""
+    gpus_per_worker: int = 0
+    """GPUs per node."""
+    cpu_request: str = ""
+    """CPU request per node, e.g. 8 ('' = none)."""
+    memory_request: str = ""
+    """Memory request per node, e.g. 64Gi ('' = none)."""
+    trainer_args: list = field(default_factory=list)
+    """More trainer flags, e.g. ["--precision", "bf16"]."""
+    model_name: str = ""
+    """--model ('' = the trainer's default)."""
+    epochs: int = 0
+    """--epochs (0 = the trainer's default)."""
+    batch_size: int = 0
+    """--batch-size (0 = the trainer's default)."""
+    lr: float = 0.0
+    """--lr (0 = the trainer's default)."""
+    image_size: int = 0
+    """--image-size (0 = the trainer's default)."""
+    checkpoint_every_steps: int = 0
+    """--checkpoint-every-steps (0 = the trainer's default)."""
+    backend: str = "kubernetes"
+    """kubernetes or local."""
+    pvc_name: str = ""
+    """Claim mounted into every node ('' = none)."""
+    pvc_mount_path: str = ""
+    """Where it is mounted (the same path as in this step)."""
+    data_digest: str = ""
+    """The data's listing digest (a caching key; Model metadata)."""
+    overrides_json: str = ""
+    """JSON object of more TrainSpec fields, plus "backend_options" for the backend."""
+    retrain_token: str = ""
+    """Any new value trains from scratch in a fresh output folder."""
+    run_id: str = ""
+    """The KFP run id; '' reads it from the output artifact's URI."""
+    task_name: str = "train"
+    """The task's name in the job's labels and default name."""
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @property
+    def shared_output(self) -> bool:
+        """The nodes write to a folder this step sees too (output_dir on a shared claim)."""
+        return bool(self.output_dir)
+
+    def check_storage(self) -> None:
+        """Raise SpecError naming the field unless the data and outputs have one clear place."""
+        if bool(self.data_dir) == bool(self.data_uri):
+            raise SpecError(
+                f"data_dir={self.data_dir!r}, data_uri={self.data_uri!r}: set exactly one — "
+                "data_dir for data on a shared claim, data_uri (s3://bucket/prefix) for data every "
+                "node stages onto its own disk"
+            )
+        for name in ("data_uri", "checkpoint_uri"):
+            value = getattr(self, name)
+            if value and (not value.startswith("s3://") or len(value.rstrip("/")) <= 5):
+                raise SpecError(f"{name}={value!r} must be an s3://bucket/prefix URI")
+        if not self.output_dir and not self.checkpoint_uri:
+            raise SpecError(
+                "checkpoint_uri='' with output_dir='': without a shared claim the checkpoints "
+                "and the model must go through S3; set checkpoint_uri=s3://bucket/prefix (or "
+                "output_dir to a folder on pvc_name)"
+            )
+
+
+@dataclass(frozen=True)
+class StepOverrides:
+    """``overrides_json`` parsed: TrainSpec fields, and the backend's options as plain data."""
+
+    spec_fields: dict[str, Any]
+    backend_options: dict[str, Any]
+
+    @classmethod
+    def parse(cls, text: str) -> StepOverrides:
+        try:
+            data = json.loads(text) if text.strip() else {}
+        except ValueError as exc:
+            raise SpecError(
+                f'overrides_json is not JSON ({exc}); e.g. {{"shm_size": "8Gi"}}'
+            ) from exc
+        if not isinstance(data, dict):
+            raise SpecError(f"overrides_json={text!r} must be a JSON object")
+        backend_options = data.pop("backend_options", None) or {}
+        if not isinstance(backend_options, dict):
+            raise SpecError("overrides_json: backend_options must be a JSON object")
+        return cls(spec_fields=data, backend_options=backend_options)
+
+
+def run_identity(run_id: str, artifact_uri: str) -> str:
+    """The KFP run id of the running task: given, else the run UUID in its output's URI.
+
+    KFP writes outputs under ``<root>/<pipeline>/<run id>/<task>/...``; a retry of the step keeps
+    the run id, so the job it derives its name from is found again. Without a UUID (kfp.local:
+    ``<root>/<run name>/<task>/<output>``) the run's folder name stands in.
+    """
+    if run_id:
+        return run_id
+    uri = artifact_uri.rstrip("/")
+    found = UUID.search(uri)
+    if found:
+        return found.group(0)
+    parts = [p for p in uri.split("/") if p]
+    return parts[-3] if len(parts) >= 3 else uri
+
+
+def run_folder(inputs: TrainingStepInputs) -> str:
+    """The trainer's --output-dir: OUTPUT_DIR/<settings>/<data digest> (see ``run_key``); without
+    output_dir, the same under each node's own ``NODE_OUTPUT``."""
+    return f"{(inputs.output_dir or NODE_OUTPUT).rstrip('/')}/{run_key(inputs)}"
+
+
+def run_uri(inputs: TrainingStepInputs) -> str:
+    """CHECKPOINT_URI/<settings>/<data digest> ('' without checkpoint_uri): the run's S3 folder,
+    with ``checkpoints/`` (the trainer's mirror) and ``output/`` (its model and summary)."""
+    if not inputs.checkpoint_uri:
+        return ""
+    return f"{inputs.checkpoint_uri.rstrip('/')}/{run_key(inputs)}"
+
+
+def run_key(inputs: TrainingStepInputs) -> str:
+    """<settings>/<data digest>: the folder of one configuration trained on one data set.
+
+    The settings part is readable (model, size, epochs, batch, lr, nodes x processes) and ends in
+    a digest of everything else that changes what is trained (trainer_args, the TrainSpec
+    overrides, retrain_token), so changing any of them starts a new folder instead of failing to
+    resume a checkpoint of other settings.
+    """
+    overrides = StepOverrides.parse(inputs.overrides_json).spec_fields
+    extra = json.dumps(
+        [list(inputs.trainer_args or []), overrides, inputs.retrain_token], sort_keys=True
+    )
+    nproc = inputs.nproc_per_node or inputs.gpus_per_worker or 1
+    settings = (
+        f"{inputs.model_name or 'default'}-s{inputs.image_size or 'd'}-e{inputs.epochs or 'd'}"
+        f"-b{inputs.batch_size or 'd'}-lr{inputs.lr or 'd'}-n{inputs.workers}x{nproc}"
+        f"-{hashlib.sha256(extra.encode()).hexdigest()[:8]}"
+    )
+    digest = re.sub(r"[^A-Za-z0-9._-]", "-", inputs.data_digest or "no-digest")[:16]
+    return f"{settings}/{digest}"
+
+
+def trainer_args_for(inputs: TrainingStepInputs) -> list[str]:
+    """The trainer's flags; zero/empty values are left to the trainer's defaults."""
+    data_dir = STAGED_DATA if inputs.data_uri else inputs.data_dir
+    args = ["--data-dir", data_dir, "--output-dir", run_folder(inputs)]
+    if inputs.checkpoint_uri:
+        args += ["--checkpoint-uri", f"{run_uri(inputs)}/checkpoints"]
+        args += ["--output-uri", f"{run_uri(inputs)}/output"]
+    for flag, value in (
+        ("--model", inputs.model_name),
+        ("--epochs", inputs.epochs),
+        ("--batch-size", inputs.batch_size),
+        ("--lr", inputs.lr),
+        ("--image-size", inputs.image_size),
+        ("--checkpoint-every-steps", inputs.checkpoint_every_steps),
+    ):
+        if value:
+            args += [flag, str(value)]
+    return args + [str(a) for a in inputs.trainer_args or []]
+
+
+def training_spec(inputs: TrainingStepInputs, *, run_id: str) -> TrainSpec:
+    """The TrainSpec the step submits for ``inputs`` in the run ``run_id`` (one function for the
+    step, ``render`` and the tests)."""
+    inputs.check_storage()
+    overrides = StepOverrides.parse(inputs.overrides_json)
+    base: dict[str, Any] = {
+        "api": inputs.api,
+        "name": inputs.name,
+        "namespace": inputs.namespace,
+        "image": inputs.image,
+        "workers": inputs.workers,
+        "nproc_per_node": inputs.nproc_per_node or None,
+        "gpus_per_worker": inputs.gpus_per_worker,
+        "cpu_request": inputs.cpu_request or None,
+        "memory_request": inputs.memory_request or None,
+        "args": trainer_args_for(inputs),
+        "run_id": run_id,
+        "task_name": inputs.task_name,
+    }
+    if inputs.data_uri or inputs.checkpoint_uri:
+        # Only nodes that talk to S3 get the keys: a Secret missing in the job's namespace
+        # must not keep nodes that never use it from starting.
+        base["s3_endpoint"] = inputs.s3_endpoint or None
+        base["s3_credentials_secret"] = inputs.s3_credentials_secret or None
+    if inputs.data_uri:
+        base["stage_data_uri"] = inputs.data_uri
+        if re.fullmatch(r"[0-9a-f]{64}", inputs.data_digest):
+            base["stage_data_digest"] = inputs.data_digest
+    if inputs.pvc_name and inputs.backend == "kubernetes":
+        # Locally the processes share this step's filesystem, where the paths already hold.
+        base["pvcs"] = [PvcMount(claim=inputs.pvc_name, path=inputs.pvc_mount_path or "/workspace")]
+    return TrainSpec.from_overrides(base, overrides.spec_fields)
+
+
+def backend_options_for(inputs: TrainingStepInputs) -> BackendOptions:
+    """The backend's typed options from ``overrides_json``'s ``backend_options``."""
+    data = dict(StepOverrides.parse(inputs.overrides_json).backend_options)
+    data.setdefault("output_dir", run_folder(inputs))
+    return options_for(inputs.backend, data)
+
+
+def run_training_step(inputs: TrainingStepInputs, *, model: Any, metrics: Any) -> JobResult:
+    """Run the training job and fill ``model`` (Output[Model]) and ``metrics`` (Output[Metrics])."""
+    options = backend_options_for(inputs)
+    spec = training_spec(inputs, run_id=run_identity(inputs.run_id, getattr(model, "uri", "")))
+    print(f"[launcher] {inputs.backend} job {spec.namespace}/{spec.name}, run {spec.run_id}")
+    try:
+        result = run_job(spec, backend=inputs.backend, options=options)
+    except JobCancelled as exc:
+        print(f"[launcher] {exc}")
+        raise SystemExit(143) from exc
+    with _trainer_outputs(inputs) as outputs:
+        export_model(outputs, Path(model.path), api=result.api)
+        result = dataclasses.replace(
+            result, summary=_read_json(outputs / "summary.json") or result.summary
+        )
+    _fill_artifacts(result, inputs, model, metrics)
+    return result
+
+
+@contextlib.contextmanager
+def _trainer_outputs(inputs: TrainingStepInputs) -> Iterator[Path]:
+    """The trainer's output folder as this step sees it: the shared one, or (no shared claim) a
+    temporary download of what the trainer uploaded to ``run_uri(inputs)/output``."""
+    if inputs.shared_output:
+        yield Path(run_folder(inputs))
+        return
+    from components.s3_sync import sync
+
+    with tempfile.TemporaryDirectory(prefix="kfp-ddp-model-") as tmp:
+        source = f"{run_uri(inputs)}/output/"
+        report = sync(source, tmp, endpoint_url=inputs.s3_endpoint or None, progress=False)
+        print(f"[launcher] the trainer's outputs from {source}: {report.summary()}")
+        yield Path(tmp)
+
+
+def _fill_artifacts(result: JobResult, inputs: TrainingStepInputs, model: Any, metrics: Any):
+    summary = result.summary or {}
+    model_json = _read_json(Path(model.path) / "model.json")
+    model.metadata.update(
+        {
+            "arch": model_json.get("arch", summary.get("arch", "")),
+            "val_accuracy": summary.get("val_accuracy"),
+            "data_digest": inputs.data_digest,
+            "job_name": result.name,
+            "job_api": result.api,
+            "world_size": summary.get("world_size"),
+            "restarts": result.restarts,
+        }
+    )
+    for key_name in SUMMARY_METRICS:
+        value = summary.get(key_name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            metrics.log_metric(key_name, float(value))
+    metrics.log_metric("job_duration_s", float(result.duration_s))
+    metrics.log_metric("job_restarts", float(result.restarts))
+    from components.artifacts import write_metadata_file
+
+    write_metadata_file(metrics)
+
+
+def exported_files(output_dir: Path, api: str) -> list[tuple[Path, str]]:
+    """(source file, its path in the Model artifact) of what the step exports for ``api``."""
+    volume_hint = (
+        "did the job write to the same volume this step mounts (pvc_name / pvc_mount_path), or "
+        "upload to checkpoint_uri?"
+    )
+    if api != "tfjob":
+        missing = [f for f in MODEL_FILES if not (output_dir / f).is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"the trainer's outputs in {str(output_dir)!r} lack {missing}: {volume_hint}"
+            )
+        return [(output_dir / rel, Path(rel).name) for rel in MODEL_FILES]
+    model = output_dir / "model"
+    found = [(p, p.relative_to(model).as_posix()) for p in sorted(model.rglob("*")) if p.is_file()]
+    clashes = sorted({name for _, name in found} & set(PROGRAM_FILES))
+    if clashes:
+        raise FileExistsError(
+            f"{model}/ holds {clashes}, which the program's top-level {clashes} would overwrite "
+            "in the Model artifact: rename one"
+        )
+    found += [(output_dir / n, n) for n in PROGRAM_FILES if (output_dir / n).is_file()]
+    if not found:
+        raise FileNotFoundError(
+            f"the TensorFlow program wrote nothing to export: output_dir={str(output_dir)!r} has "
+            f"no model/ files and none of {list(PROGRAM_FILES)} (the program should save its model "
+            f"under <--output-dir>/model/); {volume_hint}"
+        )
+    return found
+
+
+def export_model(output_dir: Path, model_dir: Path, *, api: str = "auto") -> None:
+    """Copy the job's outputs (``exported_files``) into the Model artifact folder, each
+    atomically."""
+    from kfp_ddp.atomic_files import write_atomic
+
+    model_dir.mkdir(parents=True, exist_ok=True)
+    for source, name in exported_files(output_dir, api):
+        (model_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        with open(source, "rb") as handle:
+            write_atomic(model_dir / name, lambda out, src=handle: shutil.copyfileobj(src, out))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def cleanup_step(*, run_id: str, namespace: str, backend: str, options=None) -> int:
+    """Delete the run's jobs of every API (kubernetes backend); returns how many."""
+    if backend != "kubernetes" or not run_id:
+        print(f"[cleanup] backend={backend!r}, run_id={run_id!r}: no jobs to delete")
+        return 0
+    from components.launcher.backends.kubernetes import delete_run_jobs
+    from components.launcher.names import default_namespace
+
+    deleted = delete_run_jobs(namespace or default_namespace(), run_id, options=options)
+    print(f"[cleanup] deleted {len(deleted)} job(s) of run {run_id}: {deleted}")
+    return len(deleted)

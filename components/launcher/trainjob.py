@@ -1,0 +1,147 @@
+"""``build_trainjob(spec)``: the Kubeflow Trainer v2 TrainJob of a TrainSpec (pure).
+
+Built from the typed Trainer v2 models (``kubeflow-trainer-api``), whose runtime-patch models
+allow only the pod fields the Trainer API lets a TrainJob patch, and serialised with their own
+``to_dict``. The mapping:
+
+- ``runtimeRef``: ``runtime_kind``/``runtime_name`` (default: the ClusterTrainingRuntime
+  ``torch-distributed``, which runs the node container with the ``PET_*`` env for torchrun);
+- ``trainer``: image, command, args, env (the NCCL preset and ``env``; never ``PET_*``, the
+  controller owns them), ``numNodes`` = workers, ``numProcPerNode``, ``resourcesPerNode`` (GPUs as
+  an extended-resource limit, CPU, memory);
+- ``runtimePatches`` (manager ``kfp-ddp.io/launcher``) for what a TrainJob has no field for:
+  the pods' labels and annotations (the Istio opt-out), service account, node selector,
+  tolerations, image pull secrets, termination grace period, the ``/dev/shm`` emptyDir and PVC
+  volumes with their mounts in the ``node`` container;
+- the run-scoped labels and the Kueue queue label on the TrainJob (queued jobs start suspended,
+  Kueue admits them), ``activeDeadlineSeconds``.
+
+What a TrainJob cannot express (elastic policy, gang scheduling, priority class, host network,
+v1 restart/cleanup policies) is refused by ``TrainSpec`` for ``api="trainjob"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubeflow_trainer_api import models as tm
+
+from components.launcher import pod_parts
+from components.launcher.spec import TrainSpec
+
+API_GROUP = "trainer.kubeflow.org"
+API_VERSION = f"{API_GROUP}/v1alpha1"
+KIND = "TrainJob"
+DEFAULT_RUNTIME = "torch-distributed"
+DEFAULT_RUNTIME_KIND = "ClusterTrainingRuntime"
+TRAINER_NODE = "node"
+"""The runtime's replicated job (and container) that runs the trainer on every node."""
+PATCH_MANAGER = "kfp-ddp.io/launcher"
+
+
+def _trainer(spec: TrainSpec) -> tm.TrainerV1alpha1Trainer:
+    resources = pod_parts.resources(spec)
+    env = pod_parts.env_vars(spec)
+    # A TrainJob cannot add an init container (runtime patches only patch the runtime's own), so
+    # a node stages its data in the same container, then execs the training command.
+    staging = spec.stage_command()
+    command = [*staging, "--", *spec.container_command()] if staging else spec.container_command()
+    return tm.TrainerV1alpha1Trainer(
+        image=spec.image,
+        command=command,
+        args=spec.container_args() or None,
+        env=[tm.IoK8sApiCoreV1EnvVar.from_dict(e) for e in pod_parts.plain(env)] if env else None,
+        numNodes=spec.workers,
+        numProcPerNode=spec.nproc_per_node,
+        resourcesPerNode=tm.IoK8sApiCoreV1ResourceRequirements.from_dict(pod_parts.plain(resources))
+        if resources
+        else None,
+    )
+
+
+def _pod_spec_patch(spec: TrainSpec) -> tm.TrainerV1alpha1PodSpecPatch:
+    volumes, mounts = pod_parts.volumes(spec)
+    tolerations = pod_parts.tolerations(spec)
+    security = pod_parts.security_context(spec)
+    container = None
+    if mounts or security:
+        container = tm.TrainerV1alpha1ContainerPatch(
+            name=TRAINER_NODE,
+            volumeMounts=[
+                tm.IoK8sApiCoreV1VolumeMount.from_dict(m) for m in pod_parts.plain(mounts)
+            ]
+            or None,
+            securityContext=tm.IoK8sApiCoreV1SecurityContext.from_dict(pod_parts.plain(security))
+            if security
+            else None,
+        )
+    return tm.TrainerV1alpha1PodSpecPatch(
+        containers=[container] if container else None,
+        volumes=[tm.IoK8sApiCoreV1Volume.from_dict(v) for v in pod_parts.plain(volumes)] or None,
+        nodeSelector=dict(spec.node_selector) or None,
+        tolerations=[tm.IoK8sApiCoreV1Toleration.from_dict(t) for t in pod_parts.plain(tolerations)]
+        if tolerations
+        else None,
+        serviceAccountName=spec.service_account,
+        imagePullSecrets=[
+            tm.IoK8sApiCoreV1LocalObjectReference(name=s) for s in spec.image_pull_secrets
+        ]
+        or None,
+        terminationGracePeriodSeconds=spec.termination_grace_period_seconds,
+    )
+
+
+def _runtime_patch(spec: TrainSpec) -> tm.TrainerV1alpha1RuntimePatch:
+    pod = tm.TrainerV1alpha1PodTemplatePatch(
+        metadata=tm.IoK8sApimachineryPkgApisMetaV1ObjectMeta(
+            labels=spec.job_labels(), annotations=dict(spec.annotations) or None
+        ),
+        spec=_pod_spec_patch(spec),
+    )
+    node = tm.TrainerV1alpha1ReplicatedJobPatch(
+        name=TRAINER_NODE,
+        template=tm.TrainerV1alpha1JobTemplatePatch(
+            spec=tm.TrainerV1alpha1JobSpecPatch(template=pod)
+        ),
+    )
+    return tm.TrainerV1alpha1RuntimePatch(
+        manager=PATCH_MANAGER,
+        trainingRuntimeSpec=tm.TrainerV1alpha1TrainingRuntimeSpecPatch(
+            template=tm.TrainerV1alpha1JobSetTemplatePatch(
+                spec=tm.TrainerV1alpha1JobSetSpecPatch(replicatedJobs=[node])
+            )
+        ),
+    )
+
+
+def build_trainjob_model(spec: TrainSpec) -> tm.TrainerV1alpha1TrainJob:
+    """The job as the typed ``TrainerV1alpha1TrainJob`` model."""
+    if spec.api != "trainjob":
+        spec = spec.for_api("trainjob")  # refuses what a TrainJob cannot express
+    return tm.TrainerV1alpha1TrainJob(
+        apiVersion=API_VERSION,
+        kind=KIND,
+        metadata=tm.IoK8sApimachineryPkgApisMetaV1ObjectMeta(
+            name=spec.name,
+            namespace=spec.namespace,
+            labels=spec.job_labels(),
+            annotations=dict(spec.annotations) or None,
+        ),
+        spec=tm.TrainerV1alpha1TrainJobSpec(
+            runtimeRef=tm.TrainerV1alpha1RuntimeRef(
+                apiGroup=API_GROUP,
+                kind=spec.runtime_kind or DEFAULT_RUNTIME_KIND,
+                name=spec.runtime_name or DEFAULT_RUNTIME,
+            ),
+            trainer=_trainer(spec),
+            runtimePatches=[_runtime_patch(spec)],
+            activeDeadlineSeconds=spec.active_deadline_seconds,
+            # Kueue admits a queued job by unsuspending it (Trainer's Kueue example).
+            suspend=True if spec.kueue_queue else None,
+        ),
+    )
+
+
+def build_trainjob(spec: TrainSpec) -> dict[str, Any]:
+    """The TrainJob manifest of ``spec`` as a plain dict (pure; touches no cluster)."""
+    return build_trainjob_model(spec).to_dict()
