@@ -3,9 +3,12 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-IMAGE  ?= ghcr.io/kfp-ddp/kfp-ddp:0.1.0
+# The image and the component files carry the package version (a test holds them equal).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+RELEASE_IMAGE := ghcr.io/kfp-ddp/kfp-ddp:$(VERSION)
+IMAGE  ?= $(RELEASE_IMAGE)
 
-.PHONY: setup test lint format demo bench compile image constraints clean
+.PHONY: setup test lint format demo bench compile components image constraints clean
 
 setup: $(STAMP)
 
@@ -33,18 +36,25 @@ format: setup
 demo: setup
 	$(PY) -m pipelines.demo
 
+# Each prints its figures and ratios against a baseline measured in the same run.
+BENCHMARKS := $(sort $(wildcard benchmarks/*.py))
 bench: setup
-	$(PY) benchmarks/trainer_throughput.py
-	$(PY) benchmarks/s3_sync.py
+	@for script in $(BENCHMARKS); do echo "== $$script"; $(PY) $$script || exit 1; done
 
 compile: setup
-	$(VENV)/bin/kfp-ddp compile
+	$(VENV)/bin/kfp-ddp compile --storage object-store
+	$(VENV)/bin/kfp-ddp compile --storage shared-volume
+
+# The component files for pipelines of your own (a golden test diffs them).
+components: setup
+	$(VENV)/bin/kfp-ddp compile-components --image $(RELEASE_IMAGE) --output components/compiled
 
 image:
 	docker build -t $(IMAGE) .
 
 constraints: setup
-	$(PY) -m pip freeze --exclude-editable | sed -E 's/\+(cpu|cu[0-9]+)$$//' > constraints.txt
+	{ head -n 2 constraints.txt; $(PY) -m pip freeze --exclude-editable | sed -E 's/\+(cpu|cu[0-9]+)$$//'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache .ruff_cache

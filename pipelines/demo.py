@@ -4,13 +4,18 @@
    ImageFolder of PNGs with a fixed train/val split.
 2. Starts a local S3 server (SeaweedFS on loopback, free ports, its own key pair) and uploads the
    data set with our S3 sync. The server is stopped on success, failure and Ctrl-C.
-3. Runs the training pipeline through ``kfp.local`` with the local PyTorchJob backend: sync the
-   data to the workspace, train with DDP (2 worker processes, gloo) and checkpoints, evaluate,
-   and publish the model back to S3 if it passes the gate.
+3. Runs the training pipeline through ``kfp.local`` with the local launcher backend: check the
+   arguments, look at the data in S3, train with DDP (2 nodes under Kubeflow Trainer v2's env
+   contract, gloo, each staging the data onto its own folder and mirroring checkpoints and the
+   model to S3), evaluate, and publish the model back to S3 if it passes the gate. That is the
+   object-store storage mode, what most clusters need (no ReadWriteMany volume); ``--storage
+   shared-volume`` runs the other one (a workspace folder stands in for the shared claim). The
+   console shows one line per step and the trainer's progress; everything else goes to a log
+   file whose path is printed (``--verbose`` shows it live).
 4. Prints a short summary and writes it to ``<output>/summary.json``.
 
 A second run is incremental: the data set, the S3 server's storage and the workspace stay under
-``<output>``, so the sync transfers nothing, and training resumes its finished checkpoint (same
+``<output>``, so nothing is transferred again, and training resumes its finished checkpoint (same
 data, same settings) instead of starting again. ``--fresh`` starts from scratch.
 """
 
@@ -27,6 +32,13 @@ from typing import Any
 DEMO_BUCKET = "kfp-ddp-demo"
 DATA_PREFIX = "datasets/digits"
 MODELS_PREFIX = "models"
+STORAGE_NOTES = {
+    "object-store": (
+        " (no shared volume, as on any cluster: each node stages the data onto its own disk, "
+        "checkpoints and the model go through S3; --storage shared-volume for the other mode)"
+    ),
+    "shared-volume": " (the steps and the nodes share a workspace folder, like a RWX claim)",
+}
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -41,6 +53,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=0.1, help="base LR per 256 images (0.1)")
     parser.add_argument("--threshold", type=float, default=0.95, help="publish gate (0.95)")
     parser.add_argument("--fresh", action="store_true", help="delete earlier demo state first")
+    parser.add_argument(
+        "--storage",
+        choices=("object-store", "shared-volume"),
+        default="object-store",
+        help="object-store (default: no shared volume, each node stages the data and "
+        "checkpoints go through S3) or shared-volume (a folder stands in for the shared claim)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="show every line of the pipeline's log live"
+    )
     args = parser.parse_args(argv)
     for flag, value, low in (("--epochs", args.epochs, 1), ("--workers", args.workers, 1)):
         if value < low:
@@ -53,10 +75,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     """Run the demo and return its summary (also written to ``<output>/summary.json``)."""
     from components.s3_sync import sync
-    from components.s3_sync.local_server import LocalS3Server
+    from kfp_ddp.atomic_files import write_json_atomic
+    from kfp_ddp.local_s3 import LocalS3Server
     from pipelines.digits import write_digits_image_folder
-    from pipelines.training import run_local
-    from trainer.atomic_files import write_json_atomic
+    from pipelines.local_run import run_local
 
     started = time.monotonic()
     output = args.output.resolve()
@@ -66,6 +88,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     dataset = output / "dataset"
     counts = write_digits_image_folder(dataset)
     print(f"data set: {counts['train']} train / {counts['val']} val digits under {dataset}")
+    print(f"storage: {args.storage}" + STORAGE_NOTES[args.storage])
 
     with LocalS3Server(data_dir=output / "s3-data") as s3:
         print(f"local S3 server (SeaweedFS, pid {s3.pid}) at {s3.endpoint_url}")
@@ -87,7 +110,6 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                     "s3_endpoint": s3.endpoint_url,
                     "workers": args.workers,
                     "gpus_per_worker": 0,
-                    "nproc_per_node": 1,
                     "model": args.model,
                     "epochs": args.epochs,
                     "batch_size": args.batch_size,
@@ -103,7 +125,10 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                     "publish_uri": f"s3://{DEMO_BUCKET}/{MODELS_PREFIX}",
                 },
                 workspace=output / "workspace",
+                storage=args.storage,
                 pipeline_root=output / "kfp-runs",
+                verbose=args.verbose,
+                log_dir=output / "logs",
             )
             published_files = _published_files(s3, run.published_uri)
         finally:
@@ -119,7 +144,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         shutil.copyfile(run.report, report)
     summary = {
         "accuracy": run.metrics.get("accuracy"),
-        "top5": run.metrics.get("top5"),
+        "top_k_accuracy": run.metrics.get("top_k_accuracy"),
+        "top_k": run.metrics.get("top_k"),
         "passed": run.passed,
         "published_uri": run.published_uri,
         "published_files": published_files,
@@ -152,8 +178,8 @@ def _print_summary(summary: dict[str, Any], output: Path) -> None:
     sync_info = summary.get("data_sync") or {}
     print()
     print("=== kfp-ddp demo ===")
-    accuracy, top5 = num(summary["accuracy"], ".4f"), num(summary["top5"], ".4f")
-    print(f"accuracy (held-out): {accuracy}   top-5: {top5}")
+    accuracy, top_k = num(summary["accuracy"], ".4f"), num(summary["top_k_accuracy"], ".4f")
+    print(f"accuracy (held-out): {accuracy}   top-{summary['top_k'] or 5}: {top_k}")
     workers = int(summary["world_size"] or 0)
     if summary["images_per_sec"] is None:
         print(
@@ -164,11 +190,13 @@ def _print_summary(summary: dict[str, Any], output: Path) -> None:
             f"training: {num(summary['images_per_sec'], ',.0f')} images/s on {workers} workers, "
             f"{num(summary['train_wall_time_s'], '.1f')} s"
         )
-    if sync_info:
+    if "transferred" in sync_info:
         print(
             f"data sync: {sync_info.get('transferred', 0):.0f} transferred, "
             f"{sync_info.get('files', 0):.0f} files in the source"
         )
+    elif sync_info:
+        print(f"data: {sync_info.get('files', 0):.0f} files listed; each node staged its own copy")
     print(f"gate: {'passed' if summary['passed'] else 'FAILED'}")
     print(f"published: {summary['published_uri'] or 'nothing (the gate failed)'}")
     print(f"curves + confusion matrix: {summary['report_html']}")
@@ -176,11 +204,33 @@ def _print_summary(summary: dict[str, Any], output: Path) -> None:
     print(f"total: {summary['demo_wall_time_s']:.1f} s   summary: {output / 'summary.json'}")
 
 
+def _wait_for_children(limit_s: float = 60.0) -> None:
+    """Let the interrupted pipeline step stop its training nodes before the demo exits.
+
+    Ctrl-C reaches the step's process too; it stops its nodes (SIGTERM: a last checkpoint, then
+    SIGKILL after a grace period). Returning earlier would leave them running for a moment.
+    """
+    import os
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return  # no children left
+        except KeyboardInterrupt:
+            continue  # a second Ctrl-C: keep waiting, the nodes are being stopped
+        if pid == 0:
+            time.sleep(0.1)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
         summary = run_demo(args)
     except KeyboardInterrupt:
+        _wait_for_children()
         print("demo interrupted; the local S3 server was stopped", file=sys.stderr)
         return 130
     except Exception as exc:  # one clear line; the pipeline error names the task and its logs

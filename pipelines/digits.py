@@ -16,7 +16,7 @@ CLASS_NAMES = tuple(str(d) for d in range(10))
 
 
 def _write_png_atomically(pixels: np.ndarray, path: Path) -> None:
-    from trainer.atomic_files import write_atomic
+    from kfp_ddp.atomic_files import write_atomic
 
     image = Image.fromarray(pixels, mode="L")
     write_atomic(path, lambda handle: image.save(handle, format="PNG", optimize=False))

@@ -20,7 +20,7 @@ def image_folder(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def s3_server():
     """A running LocalS3Server (SeaweedFS on 127.0.0.1, free ports, enforced key pair)."""
-    from components.s3_sync.local_server import LocalS3Server
+    from kfp_ddp.local_s3 import LocalS3Server
 
     with LocalS3Server() as server:
         yield server

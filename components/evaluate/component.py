@@ -3,7 +3,8 @@
 ``passed`` is the only return value because a ``dsl.If`` gates the publish step on it, and
 ``kfp.local`` cannot resolve conditions on NamedTuple outputs. Everything else goes into artifacts:
 
-- ``metrics`` (``Metrics``): accuracy, top5, loss, num_samples, passed (1.0/0.0) — the numbers the
+- ``metrics`` (``Metrics``): accuracy, top_k_accuracy (k = min(5, classes)), loss, num_samples,
+  passed (1.0/0.0) — the numbers the
   run's "Scalar metrics" view and run comparison show;
 - ``confusion`` (``ClassificationMetrics``): the confusion matrix with class names;
 - ``report`` (``HTML``): the page with the verdict, curves and heat map. Its metadata also holds
@@ -33,20 +34,30 @@ def evaluate_component(
     metrics: Output[Metrics],
     confusion: Output[ClassificationMetrics],
     report: Output[HTML],
+    endpoint_url: str = "",
 ) -> bool:
-    """Score the trained model on ``data_dir/val/`` and say whether it may be published.
+    """Score the trained model on data_dir/val/ and say whether it may be published.
 
     Args:
         model: the trainer's model folder (weights.pt, model.json, and metrics.jsonl for curves).
-        data_dir: the data dir holding ``val/<class>/*`` (the workspace PVC path on a cluster).
+        data_dir: the data set holding val/<class>/*: a folder (the workspace volume) or its
+            s3://bucket/prefix (val/ is downloaded first).
         threshold: minimum accuracy, in [0, 1].
-        baseline_uri: '' (no baseline), a local JSON file or ``s3://bucket/key`` of a previous
-            model's metrics (``{"accuracy": ...}``, e.g. its eval.json or summary.json); S3
+        baseline_uri: empty for no baseline, else a local JSON file or s3://bucket/key of a
+            previous model's metrics ({"accuracy": ...}, e.g. its eval.json or summary.json); S3
             endpoint and credentials come from the standard AWS environment.
         tolerance: how far below the baseline's accuracy still passes, in [0, 1].
+        endpoint_url: S3 endpoint for an s3:// data_dir or baseline_uri (MinIO, Ceph...); empty
+            for AWS or the environment's AWS_ENDPOINT_URL_S3.
 
     Returns:
-        passed: accuracy >= threshold and within tolerance of the baseline.
+        metrics: accuracy, top5, loss, num_samples and passed (1.0 or 0.0).
+        confusion: the confusion matrix with the class names.
+        report: the HTML page with the verdict, the training curves and the confusion heat map;
+            its metadata holds the whole evaluation ("eval": the content of an eval.json),
+            passed and reason.
+        Output: whether the model passed: accuracy >= threshold and within tolerance of the
+            baseline.
     """
     from components.evaluate.evaluate import evaluate_into_artifacts
 
@@ -59,6 +70,7 @@ def evaluate_component(
         metrics=metrics,
         confusion=confusion,
         report=report,
+        endpoint_url=endpoint_url,
     )
 
 

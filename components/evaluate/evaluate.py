@@ -10,27 +10,24 @@ this package only to build the KFP component, and compiling a pipeline should no
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
 import os
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from components.evaluate.errors import EvaluationError, check_fraction, check_int
+from components.evaluate.gate import baseline_accuracy_of, decide_gate, load_baseline
+from components.evaluate.scoring import ScoreAccumulator
+
 if TYPE_CHECKING:
     import torch
 
 PRECISIONS = ("fp32", "bf16")
-TOP_K = 5
-# Comparisons of accuracies (ratios of counts) with user thresholds tolerate float round-off, so
-# that accuracy 0.96 is "within 0.01 of baseline 0.97" although 0.97 - 0.96 > 0.01 in binary.
-_EPS = 1e-9
-
-
-class EvaluationError(ValueError):
-    """The model folder, the data, or an argument cannot be evaluated; the message says the fix."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -62,10 +59,10 @@ class EvalConfig:
                 f"split={self.split!r} must be a single folder name under the data dir "
                 "(no path separators); e.g. 'val'"
             )
-        _check_int("batch_size", self.batch_size, minimum=1)
-        _check_int("num_workers", self.num_workers, minimum=0)
-        _check_fraction("threshold", self.threshold)
-        _check_fraction("tolerance", self.tolerance)
+        check_int("batch_size", self.batch_size, minimum=1)
+        check_int("num_workers", self.num_workers, minimum=0)
+        check_fraction("threshold", self.threshold)
+        check_fraction("tolerance", self.tolerance)
         if self.precision not in PRECISIONS:
             raise EvaluationError(
                 f"precision={self.precision!r} is not supported; allowed: {', '.join(PRECISIONS)}"
@@ -80,31 +77,16 @@ class EvalConfig:
             )
 
 
-def _check_int(name: str, value: Any, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise EvaluationError(f"{name}={value!r} must be an integer >= {minimum}")
-
-
-def _check_fraction(name: str, value: Any) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0.0 <= value <= 1.0
-    ):
-        raise EvaluationError(f"{name}={value!r} is out of range; allowed: 0.0 <= {name} <= 1.0")
-
-
 @dataclass(kw_only=True, frozen=True)
 class EvalResult:
     """What one evaluation measured, and the gate's verdict."""
 
     accuracy: float
     """Top-1 accuracy over the split."""
-    top5: float
+    top_k_accuracy: float
     """Top-k accuracy with k = min(5, number of classes) (see ``top_k``)."""
     top_k: int
-    """The k of ``top5``."""
+    """The k of ``top_k_accuracy``."""
     loss: float
     """Mean cross-entropy loss per image."""
     num_samples: int
@@ -142,7 +124,7 @@ class EvalResult:
         """Plain JSON types; per-class numbers keyed by class name."""
         return {
             "accuracy": self.accuracy,
-            "top5": self.top5,
+            "top_k_accuracy": self.top_k_accuracy,
             "top_k": self.top_k,
             "loss": self.loss,
             "num_samples": self.num_samples,
@@ -169,156 +151,11 @@ class EvalResult:
         """The headline numbers as floats (what a KFP ``Metrics`` artifact holds)."""
         return {
             "accuracy": self.accuracy,
-            "top5": self.top5,
+            "top_k_accuracy": self.top_k_accuracy,
             "loss": self.loss,
             "num_samples": float(self.num_samples),
             "passed": 1.0 if self.passed else 0.0,
         }
-
-
-# --------------------------------------------------------------------------- the gate
-
-
-def baseline_accuracy_of(baseline: Mapping[str, Any]) -> float:
-    """The accuracy in a previous model's metrics: ``accuracy`` (eval.json) or ``val_accuracy``
-    (the trainer's summary.json)."""
-    if not isinstance(baseline, Mapping):
-        raise EvaluationError(
-            f"baseline={baseline!r} must be a metrics dict such as {{'accuracy': 0.95}}"
-        )
-    key = "accuracy" if "accuracy" in baseline else "val_accuracy"
-    if key not in baseline:
-        raise EvaluationError(
-            f"baseline has no 'accuracy' (or 'val_accuracy') key; keys: {sorted(baseline)}; "
-            "pass a previous eval.json or summary.json, e.g. {'accuracy': 0.95}"
-        )
-    value = baseline[key]
-    try:
-        _check_fraction(f"baseline[{key!r}]", value)
-    except EvaluationError as err:
-        raise EvaluationError(f"{err} (it must be an accuracy)") from None
-    return float(value)
-
-
-def _fmt(value: float, other: float | None = None) -> str:
-    """Shortest readable form (0.981, 0.97); more digits only where needed to tell two values
-    apart, so a failure never reads 'accuracy 0.97 < threshold 0.97'."""
-    for digits in range(3, 17):
-        text = f"{value:.{digits}g}"
-        if other is None or value == other or text != f"{other:.{digits}g}":
-            return text
-    return repr(value)
-
-
-def decide_gate(
-    accuracy: float,
-    *,
-    threshold: float = 0.0,
-    baseline_accuracy: float | None = None,
-    tolerance: float = 0.01,
-) -> tuple[bool, str]:
-    """``(passed, reason)``: accuracy >= threshold and, with a baseline, not more than
-    ``tolerance`` below it."""
-    _check_fraction("accuracy", accuracy)
-    _check_fraction("threshold", threshold)
-    _check_fraction("tolerance", tolerance)
-    meets_threshold = accuracy >= threshold - _EPS
-    relation = "≥" if meets_threshold else "<"
-    threshold_text = (
-        f"accuracy {_fmt(accuracy, threshold)} {relation} threshold {_fmt(threshold, accuracy)}"
-    )
-    if baseline_accuracy is None:
-        return meets_threshold, f"{threshold_text} (no baseline)"
-    _check_fraction("baseline accuracy", baseline_accuracy)
-    baseline = _fmt(baseline_accuracy, accuracy)
-    drop = baseline_accuracy - accuracy
-    within = drop <= tolerance + _EPS
-    if not within:
-        baseline_text = (
-            f"{_fmt(drop, tolerance)} below baseline {baseline} (tolerance {_fmt(tolerance, drop)})"
-        )
-    elif -drop > tolerance + _EPS:
-        baseline_text = f"above baseline {baseline}"
-    else:
-        baseline_text = f"within {_fmt(tolerance)} of baseline {baseline}"
-    if meets_threshold and within:
-        return True, f"{threshold_text} and {baseline_text}"
-    if within:
-        return False, threshold_text
-    if meets_threshold:
-        return False, f"accuracy {_fmt(accuracy, baseline_accuracy)} is {baseline_text}"
-    return False, f"{threshold_text} and is {baseline_text}"
-
-
-# --------------------------------------------------------------------------- metric math
-
-
-class ScoreAccumulator:
-    """Running totals over batches of logits: loss, top-1/top-k hits, confusion counts.
-
-    Counts stay on the logits' device and are read once at the end (no per-batch sync).
-    """
-
-    def __init__(self, num_classes: int, *, device: str | torch.device = "cpu") -> None:
-        import torch
-
-        if num_classes < 1:
-            raise EvaluationError(f"num_classes={num_classes} must be >= 1")
-        self.num_classes = num_classes
-        self.top_k = min(TOP_K, num_classes)
-        self._loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        self._top_k_hits = torch.zeros((), dtype=torch.int64, device=device)
-        self._confusion = torch.zeros(num_classes * num_classes, dtype=torch.int64, device=device)
-
-    def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
-        """Add one batch: ``logits`` (N, C), ``targets`` (N,) class indices."""
-        import torch
-        import torch.nn.functional as F
-
-        if logits.ndim != 2 or logits.shape[1] != self.num_classes:
-            raise EvaluationError(
-                f"the model returned logits of shape {tuple(logits.shape)}; expected "
-                f"(batch, {self.num_classes}) for {self.num_classes} classes in model.json"
-            )
-        logits = logits.float()
-        self._loss_sum += F.cross_entropy(logits, targets, reduction="sum").double()
-        predictions = logits.argmax(dim=1)
-        top_k = logits.topk(self.top_k, dim=1).indices
-        self._top_k_hits += (top_k == targets[:, None]).any(dim=1).sum()
-        self._confusion += torch.bincount(
-            targets * self.num_classes + predictions, minlength=self.num_classes**2
-        )
-
-    def confusion(self) -> torch.Tensor:
-        """``(C, C)`` counts, rows = true class, columns = predicted class (on CPU)."""
-        return self._confusion.view(self.num_classes, self.num_classes).cpu()
-
-    def summary(self) -> dict[str, Any]:
-        """accuracy, top5, top_k, loss, num_samples, precision, recall, support, confusion."""
-        confusion = self.confusion()
-        num_samples = int(confusion.sum())
-        if num_samples == 0:
-            raise EvaluationError("no images were scored; the split is empty")
-        correct = confusion.diagonal().tolist()
-        predicted = confusion.sum(dim=0).tolist()
-        support = confusion.sum(dim=1).tolist()
-        return {
-            "accuracy": sum(correct) / num_samples,
-            "top5": int(self._top_k_hits.cpu()) / num_samples,
-            "top_k": self.top_k,
-            "loss": float(self._loss_sum.cpu()) / num_samples,
-            "num_samples": num_samples,
-            "precision": [_ratio(c, p) for c, p in zip(correct, predicted, strict=True)],
-            "recall": [_ratio(c, s) for c, s in zip(correct, support, strict=True)],
-            "support": support,
-            "confusion": confusion.tolist(),
-        }
-
-
-def _ratio(numerator: int, denominator: int) -> float:
-    # Zero-division → 0.0, as scikit-learn's zero_division=0: a class never predicted has no
-    # precision to speak of, and 0.0 keeps the JSON numeric.
-    return numerator / denominator if denominator else 0.0
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -515,63 +352,10 @@ class _ImageList:
 def write_eval_json(result: EvalResult, path: str | os.PathLike) -> Path:
     """Write ``result.to_dict()`` to ``path`` atomically (temp file, fsync, rename)."""
     path = Path(path)
-    from trainer.atomic_files import write_text_atomic
+    from kfp_ddp.atomic_files import write_text_atomic
 
     write_text_atomic(path, json.dumps(result.to_dict(), indent=2) + "\n")
     return path
-
-
-def load_baseline(uri: str) -> dict[str, Any] | None:
-    """A previous model's metrics from ``uri``: '' → None; a local JSON file; or
-    ``s3://bucket/key`` (boto3; endpoint and credentials from the standard AWS environment).
-
-    A URI that names nothing is an error, not "no baseline": a typo must not open the gate.
-    """
-    if not uri:
-        return None
-    if uri.startswith("s3://"):
-        raw = _read_s3(uri)
-    else:
-        path = Path(uri)
-        if not path.is_file():
-            raise EvaluationError(
-                f"baseline_uri={uri!r}: no such file; pass '' for no baseline, a local JSON "
-                "file, or s3://bucket/key"
-            )
-        raw = path.read_bytes()
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise EvaluationError(f"baseline_uri={uri!r} is not JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise EvaluationError(
-            f"baseline_uri={uri!r} holds a {type(data).__name__}; expected a JSON object "
-            "such as {'accuracy': 0.95}"
-        )
-    baseline_accuracy_of(data)  # fail here, naming the URI's content, rather than later
-    return data
-
-
-def _read_s3(uri: str) -> bytes:
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    bucket, _, key = uri[len("s3://") :].partition("/")
-    if not bucket or not key:
-        raise EvaluationError(f"baseline_uri={uri!r} must look like s3://bucket/key.json")
-    try:
-        # boto3 reads AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL and the credential chain itself.
-        body = boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"]
-        return body.read()
-    except ClientError as err:
-        code = err.response.get("Error", {}).get("Code", "?")
-        raise EvaluationError(
-            f"baseline_uri={uri!r} could not be read ({code}); check the key, the endpoint "
-            "(AWS_ENDPOINT_URL_S3) and the credentials (AWS_ACCESS_KEY_ID / "
-            "AWS_SECRET_ACCESS_KEY), or pass '' for no baseline"
-        ) from None
-    except BotoCoreError as err:
-        raise EvaluationError(f"baseline_uri={uri!r} could not be read: {err}") from None
 
 
 def run_evaluation(
@@ -583,6 +367,7 @@ def run_evaluation(
     baseline_uri: str = "",
     tolerance: float = 0.01,
     metrics_jsonl: str | os.PathLike | None = None,
+    endpoint_url: str | None = None,
     **options: Any,
 ) -> EvalResult:
     """The pipeline step: load the baseline, :func:`evaluate`, and write the HTML report.
@@ -592,7 +377,7 @@ def run_evaluation(
     """
     from components.evaluate.report import write_report
 
-    baseline = load_baseline(baseline_uri)
+    baseline = load_baseline(baseline_uri, endpoint_url=endpoint_url)
     result = evaluate(
         model_dir,
         data_dir,
@@ -617,22 +402,52 @@ def evaluate_into_artifacts(
     metrics: Any,
     confusion: Any,
     report: Any,
+    endpoint_url: str = "",
 ) -> bool:
     """The KFP step on KFP's artifact objects (duck-typed, so this module needs no kfp):
     :func:`run_evaluation` writes ``report.path``; the numbers go into the artifacts' metadata.
 
     Kept out of component.py: the component's body imports this at run time, inside KFP's
     executor, where importing kfp's component-building modules would be circular.
+
+    ``data_dir`` may be an ``s3://bucket/prefix`` ImageFolder (no shared volume): its ``val/``
+    is downloaded into a temporary folder first (verified, like every sync).
     """
-    result = run_evaluation(
-        model_dir,
-        data_dir,
-        report_path=report.path,
-        threshold=threshold,
-        baseline_uri=baseline_uri,
-        tolerance=tolerance,
-        metrics_jsonl=Path(model_dir) / "metrics.jsonl",
-    )
+    with _local_data(data_dir, endpoint_url or None) as local_dir:
+        result = run_evaluation(
+            model_dir,
+            local_dir,
+            report_path=report.path,
+            threshold=threshold,
+            baseline_uri=baseline_uri,
+            tolerance=tolerance,
+            metrics_jsonl=Path(model_dir) / "metrics.jsonl",
+            endpoint_url=endpoint_url or None,
+        )
+    return _fill_artifacts(result, metrics, confusion, report)
+
+
+@contextlib.contextmanager
+def _local_data(data_dir: str, endpoint_url: str | None):
+    """``data_dir`` as a local folder: itself, or ``val/`` of an S3 prefix in a temp folder."""
+    if not str(data_dir).startswith("s3://"):
+        yield data_dir
+        return
+    from components.s3_sync import sync
+
+    with tempfile.TemporaryDirectory(prefix="kfp-ddp-eval-") as tmp:
+        report = sync(
+            f"{str(data_dir).rstrip('/')}/val",
+            Path(tmp) / "val",
+            endpoint_url=endpoint_url,
+            progress=False,
+        )
+        print(f"evaluation data: {report.summary()}")
+        yield tmp
+
+
+def _fill_artifacts(result: Any, metrics: Any, confusion: Any, report: Any) -> bool:
+    """The numbers into the artifacts' metadata (the page is already at ``report.path``)."""
     for name, value in result.scalar_metrics().items():
         metrics.log_metric(name, value)
     confusion.log_confusion_matrix(list(result.class_names), result.confusion)

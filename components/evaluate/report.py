@@ -190,7 +190,7 @@ def render_report(
     metrics_rows = "\n".join(
         [
             _row("accuracy", f"{result.accuracy:.4f}"),
-            _row(f"top-{result.top_k} accuracy", f"{result.top5:.4f}"),
+            _row(f"top-{result.top_k} accuracy", f"{result.top_k_accuracy:.4f}"),
             _row("mean loss", f"{result.loss:.4f}"),
             _row("images", str(result.num_samples)),
             _row("threshold", f"{result.threshold:.4f}"),
@@ -256,7 +256,7 @@ def write_report(
     title: str | None = None,
 ) -> Path:
     """Render the report and write it to ``path`` atomically."""
-    from trainer.atomic_files import write_text_atomic
+    from kfp_ddp.atomic_files import write_text_atomic
 
     path = Path(path)
     write_text_atomic(path, render_report(result, metrics_jsonl=metrics_jsonl, title=title))

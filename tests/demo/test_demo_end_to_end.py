@@ -110,7 +110,7 @@ def test_ctrl_c_stops_the_demo_and_its_server(tmp_path):
     assert proc.stdout is not None
     for line in proc.stdout:  # wait until training is under way
         lines.append(line)
-        if "[master-0]" in line or time.monotonic() > deadline:
+        if "[node-0]" in line or time.monotonic() > deadline:
             break
     pid = _server_pid("".join(lines))
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does

@@ -75,8 +75,8 @@ def test_component_through_kfp_local(tmp_path, model_with_curves, colour_data):
     # The colour model scores 0.4: above the threshold, 0.05 below the baseline → fails.
     assert run.outputs["passed"] is False
     metrics = run.outputs["metrics"].metadata
-    assert {k: metrics[k] for k in ("accuracy", "top5", "num_samples", "passed")} == {
-        "accuracy": 0.4, "top5": 0.8, "num_samples": 10.0, "passed": 0.0
+    assert {k: metrics[k] for k in ("accuracy", "top_k_accuracy", "num_samples", "passed")} == {
+        "accuracy": 0.4, "top_k_accuracy": 0.8, "num_samples": 10.0, "passed": 0.0
     }  # fmt: skip
     assert metrics["loss"] > 0
     matrix = run.outputs["confusion"].metadata["confusionMatrix"]

@@ -84,7 +84,7 @@ def test_load_baseline_errors_name_the_uri_and_the_fix(tmp_path):
 
 
 def test_load_baseline_from_s3(tmp_path, monkeypatch):
-    from components.s3_sync.local_server import LocalS3Server
+    from kfp_ddp.local_s3 import LocalS3Server
 
     with LocalS3Server() as s3:
         for name, value in s3.env().items():

@@ -19,7 +19,7 @@ IMG = re.compile(r"<img alt=['\"]([^'\"]+)['\"] src=['\"]data:image/png;base64,(
 def small_result(**changes) -> EvalResult:
     fields = dict(
         accuracy=0.75,
-        top5=1.0,
+        top_k_accuracy=1.0,
         top_k=2,
         loss=0.5,
         num_samples=4,
@@ -152,8 +152,8 @@ def test_evaluate_into_kfp_artifact_objects(tmp_path, colour_model, colour_data)
 
     assert passed is False
     assert metrics.metadata == {
-        "accuracy": 0.4, "top5": 0.8, "loss": metrics.metadata["loss"], "num_samples": 10.0,
-        "passed": 0.0,
+        "accuracy": 0.4, "top_k_accuracy": 0.8, "loss": metrics.metadata["loss"],
+        "num_samples": 10.0, "passed": 0.0,
     }  # fmt: skip
     assert confusion.metadata["confusionMatrix"]["rows"][0] == {"row": [2, 1, 0, 0, 0, 0]}
     assert [c["displayName"] for c in confusion.metadata["confusionMatrix"]["annotationSpecs"]] == [

@@ -52,7 +52,7 @@ def test_numbers_match_the_hand_computation(colour_model, colour_data, batch_siz
     assert result.confusion == CONFUSION
     assert result.accuracy == ACCURACY
     assert result.top_k == 5
-    assert result.top5 == TOP5
+    assert result.top_k_accuracy == TOP5
     assert result.precision == pytest.approx(PRECISION, abs=1e-12)
     assert result.recall == pytest.approx(RECALL, abs=1e-12)
     assert result.support == SUPPORT
@@ -65,7 +65,8 @@ def test_numbers_match_the_hand_computation(colour_model, colour_data, batch_siz
 def test_to_dict_is_plain_json_keyed_by_class(colour_model, colour_data):
     data = evaluate(colour_model, colour_data, device="cpu", threshold=0.5).to_dict()
 
-    assert data["accuracy"] == ACCURACY and data["top5"] == TOP5 and data["num_samples"] == 10
+    assert data["accuracy"] == ACCURACY and data["top_k_accuracy"] == TOP5
+    assert data["num_samples"] == 10
     assert data["passed"] is False
     assert data["reason"] == "accuracy 0.4 < threshold 0.5 (no baseline)"
     assert data["confusion_matrix"] == CONFUSION
@@ -154,7 +155,7 @@ def test_accumulator_on_hand_written_logits():
 
     assert summary["confusion"] == [[1, 0, 0], [0, 2, 1], [0, 0, 0]]
     assert summary["accuracy"] == 3 / 4
-    assert (summary["top_k"], summary["top5"]) == (3, 1.0)
+    assert (summary["top_k"], summary["top_k_accuracy"]) == (3, 1.0)
     assert summary["precision"] == [1.0, 1.0, 0.0]
     assert summary["recall"] == [1.0, 2 / 3, 0.0]  # class 2 has no images: 0.0, not NaN
     assert summary["support"] == [1, 3, 0]

@@ -15,6 +15,7 @@ import email.policy
 import json
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -138,76 +139,99 @@ class FakeKfpServer:
             return self._error(403, "user is not authorized to access kubeflow pipelines")
         if self.token is not None and r.headers.get("authorization") != f"Bearer {self.token}":
             return self._error(401, "Unauthenticated: missing or invalid bearer token")
-        route = (r.method, r.path)
-        rejected = self.reject.get(f"{r.method} {r.path.removeprefix(API)}")
+        route = f"{r.method} {r.path.removeprefix(API)}"
+        rejected = self.reject.get(route)
         if rejected:
             return self._error(*rejected)
-        if route == ("GET", f"{API}/healthz"):
-            return 200, {"commit_sha": "stand-in", "tag_name": "2.5.0", "multi_user": False}
-        if route == ("GET", f"{API}/pipelines"):
-            wanted = _filter_value(r.query)
-            found = [
-                self._pipeline_json(pid)
-                for pid, p in self.pipelines.items()
-                if wanted is None or p["display_name"] == wanted
-            ]
-            return 200, {"pipelines": found, "total_size": len(found)} if found else {}
-        if route == ("POST", f"{API}/pipelines/upload"):
-            name = r.query.get("name", [""])[0]
-            if any(p["display_name"] == name for p in self.pipelines.values()):
-                return self._error(409, f"Pipeline with name {name!r} already exists")
-            pid = str(uuid.uuid4())
-            self.pipelines[pid] = {"display_name": name, "versions": [r.files.get("uploadfile")]}
-            return 200, self._pipeline_json(pid)
-        if route == ("POST", f"{API}/pipelines/upload_version"):
-            pid = r.query.get("pipelineid", [""])[0]
-            if pid not in self.pipelines:
-                return self._error(404, f"pipeline {pid!r} not found")
-            self.pipelines[pid]["versions"].append(r.files.get("uploadfile"))
-            return 200, {
-                "pipeline_id": pid,
-                "pipeline_version_id": str(uuid.uuid4()),
-                "display_name": r.query.get("name", [""])[0],
-                "created_at": CREATED_AT,
-            }
-        if route == ("GET", f"{API}/experiments"):
-            wanted = _filter_value(r.query)
-            found = [e for e in self.experiments.values() if e["display_name"] == wanted]
-            return 200, {"experiments": found, "total_size": len(found)} if found else {}
-        if route == ("POST", f"{API}/experiments"):
-            eid = str(uuid.uuid4())
-            self.experiments[eid] = {
-                "experiment_id": eid,
-                "display_name": r.json["display_name"],
-                "created_at": CREATED_AT,
-            }
-            return 200, self.experiments[eid]
-        if route == ("POST", f"{API}/runs"):
-            problem = _check_parameters(r.json)
-            if problem:
-                return self._error(400, problem)
-            run = {**r.json, "run_id": str(uuid.uuid4()), "state": "PENDING"}
-            self.runs.append(run)
-            return 200, {
-                "run_id": run["run_id"],
-                "display_name": run.get("display_name"),
-                "experiment_id": run.get("experiment_id"),
-                "state": "PENDING",
-                "created_at": CREATED_AT,
-            }
-        if route == ("POST", f"{API}/recurringruns"):
-            problem = _check_parameters(r.json)
-            if problem:
-                return self._error(400, problem)
-            recurring = {**r.json, "recurring_run_id": str(uuid.uuid4())}
-            self.recurring_runs.append(recurring)
-            return 200, {
-                "recurring_run_id": recurring["recurring_run_id"],
-                "display_name": recurring.get("display_name"),
-                "status": "ENABLED",
-                "created_at": CREATED_AT,
-            }
-        return self._error(404, f"stand-in server has no route {r.method} {r.path}")
+        handler = self._ROUTES.get(route) if r.path.startswith(API) else None
+        if handler is None:
+            return self._error(404, f"stand-in server has no route {r.method} {r.path}")
+        return handler(self, r)
+
+    def _healthz(self, r: RecordedRequest) -> tuple[int, dict]:
+        return 200, {"commit_sha": "stand-in", "tag_name": "2.5.0", "multi_user": False}
+
+    def _list_pipelines(self, r: RecordedRequest) -> tuple[int, dict]:
+        wanted = _filter_value(r.query)
+        found = [
+            self._pipeline_json(pid)
+            for pid, p in self.pipelines.items()
+            if wanted is None or p["display_name"] == wanted
+        ]
+        return 200, {"pipelines": found, "total_size": len(found)} if found else {}
+
+    def _upload_pipeline(self, r: RecordedRequest) -> tuple[int, dict]:
+        name = r.query.get("name", [""])[0]
+        if any(p["display_name"] == name for p in self.pipelines.values()):
+            return self._error(409, f"Pipeline with name {name!r} already exists")
+        pid = str(uuid.uuid4())
+        self.pipelines[pid] = {"display_name": name, "versions": [r.files.get("uploadfile")]}
+        return 200, self._pipeline_json(pid)
+
+    def _upload_version(self, r: RecordedRequest) -> tuple[int, dict]:
+        pid = r.query.get("pipelineid", [""])[0]
+        if pid not in self.pipelines:
+            return self._error(404, f"pipeline {pid!r} not found")
+        self.pipelines[pid]["versions"].append(r.files.get("uploadfile"))
+        return 200, {
+            "pipeline_id": pid,
+            "pipeline_version_id": str(uuid.uuid4()),
+            "display_name": r.query.get("name", [""])[0],
+            "created_at": CREATED_AT,
+        }
+
+    def _list_experiments(self, r: RecordedRequest) -> tuple[int, dict]:
+        wanted = _filter_value(r.query)
+        found = [e for e in self.experiments.values() if e["display_name"] == wanted]
+        return 200, {"experiments": found, "total_size": len(found)} if found else {}
+
+    def _create_experiment(self, r: RecordedRequest) -> tuple[int, dict]:
+        eid = str(uuid.uuid4())
+        self.experiments[eid] = {
+            "experiment_id": eid,
+            "display_name": r.json["display_name"],
+            "created_at": CREATED_AT,
+        }
+        return 200, self.experiments[eid]
+
+    def _create_run(self, r: RecordedRequest) -> tuple[int, dict]:
+        problem = _check_parameters(r.json)
+        if problem:
+            return self._error(400, problem)
+        run = {**r.json, "run_id": str(uuid.uuid4()), "state": "PENDING"}
+        self.runs.append(run)
+        return 200, {
+            "run_id": run["run_id"],
+            "display_name": run.get("display_name"),
+            "experiment_id": run.get("experiment_id"),
+            "state": "PENDING",
+            "created_at": CREATED_AT,
+        }
+
+    def _create_recurring_run(self, r: RecordedRequest) -> tuple[int, dict]:
+        problem = _check_parameters(r.json)
+        if problem:
+            return self._error(400, problem)
+        recurring = {**r.json, "recurring_run_id": str(uuid.uuid4())}
+        self.recurring_runs.append(recurring)
+        return 200, {
+            "recurring_run_id": recurring["recurring_run_id"],
+            "display_name": recurring.get("display_name"),
+            "status": "ENABLED",
+            "created_at": CREATED_AT,
+        }
+
+    _ROUTES: dict[str, Callable[[FakeKfpServer, RecordedRequest], tuple[int, dict]]] = {
+        "GET /healthz": _healthz,
+        "GET /pipelines": _list_pipelines,
+        "POST /pipelines/upload": _upload_pipeline,
+        "POST /pipelines/upload_version": _upload_version,
+        "GET /experiments": _list_experiments,
+        "POST /experiments": _create_experiment,
+        "POST /runs": _create_run,
+        "POST /recurringruns": _create_recurring_run,
+    }
+    """``"METHOD /path"`` under ``API`` → handler (the keys ``reject`` uses too)."""
 
     def _pipeline_json(self, pid: str) -> dict:
         return {

@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
-from pipelines.cli import DEFAULT_PACKAGE, main
+from pipelines.cli import main
+from pipelines.package import DEFAULT_PACKAGE, compile_pipeline
 from tests.pipelines.kfp_api_server import FakeKfpServer
 
-PACKAGE = str(DEFAULT_PACKAGE)
+IMAGE = "registry.example/kfp-ddp:1.0"
+REQUIRED = ["-p", "data_uri=s3://bucket/digits", "-p", "publish_uri=s3://bucket/models"]
+
+
+@functools.cache
+def compiled_package() -> Path:
+    """The pipeline compiled for a real-looking image (the committed one runs the placeholder)."""
+    folder = Path(tempfile.mkdtemp(prefix="kfp-ddp-test-package-"))
+    return compile_pipeline(folder / "pipeline.yaml", image=IMAGE)
+
+
+PACKAGE = str(compiled_package())
 
 
 def invoke(*args: str, env: dict[str, str] | None = None):
@@ -24,7 +38,7 @@ def invoke(*args: str, env: dict[str, str] | None = None):
 
 
 def committed_docs() -> list[dict]:
-    return [d for d in yaml.safe_load_all(DEFAULT_PACKAGE.read_text()) if d]
+    return [d for d in yaml.safe_load_all(compiled_package().read_text()) if d]
 
 
 def closed_port() -> int:
@@ -48,7 +62,7 @@ def test_upload_sends_the_compiled_yaml_then_a_version(kfp_server: FakeKfpServer
     assert first.exit_code == 0, first.output
     (upload,) = kfp_server.requests_to("POST", "/pipelines/upload")
     assert upload.query["name"] == ["ddp"]
-    assert upload.files["uploadfile"] == DEFAULT_PACKAGE.read_bytes()
+    assert upload.files["uploadfile"] == compiled_package().read_bytes()
 
     second = invoke(
         "upload", "--host", kfp_server.url, "--package", PACKAGE, "--name", "ddp", "--version", "v2"
@@ -58,7 +72,7 @@ def test_upload_sends_the_compiled_yaml_then_a_version(kfp_server: FakeKfpServer
     (pipeline_id,) = kfp_server.pipelines
     assert version.query["pipelineid"] == [pipeline_id]
     assert version.query["name"] == ["v2"]
-    assert version.files["uploadfile"] == DEFAULT_PACKAGE.read_bytes()
+    assert version.files["uploadfile"] == compiled_package().read_bytes()
     assert "version 'v2'" in second.output
 
 
@@ -80,6 +94,8 @@ def test_run_sends_spec_typed_parameters_and_experiment(kfp_server: FakeKfpServe
         "-p",
         "data_uri=s3://bucket/digits",
         "-p",
+        "publish_uri=s3://bucket/models",
+        "-p",
         "accuracy_threshold=0.9",
     )
     assert result.exit_code == 0, result.output
@@ -92,6 +108,7 @@ def test_run_sends_spec_typed_parameters_and_experiment(kfp_server: FakeKfpServe
         "epochs": 3,
         "lr": 0.05,
         "data_uri": "s3://bucket/digits",
+        "publish_uri": "s3://bucket/models",
         "accuracy_threshold": 0.9,
     }
     pipeline_doc, platform_doc = committed_docs()
@@ -101,7 +118,7 @@ def test_run_sends_spec_typed_parameters_and_experiment(kfp_server: FakeKfpServe
 
 
 def test_run_no_cache_turns_caching_off_in_every_dag(kfp_server: FakeKfpServer) -> None:
-    result = invoke("run", "--host", kfp_server.url, "--package", PACKAGE, "--no-cache")
+    result = invoke("run", "--host", kfp_server.url, "--package", PACKAGE, "--no-cache", *REQUIRED)
     assert result.exit_code == 0, result.output
     spec = kfp_server.runs[0]["pipeline_spec"]["pipeline_spec"]
     dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
@@ -110,7 +127,7 @@ def test_run_no_cache_turns_caching_off_in_every_dag(kfp_server: FakeKfpServer) 
     # proto3 drops false booleans: no enableCache means caching off (like the sync step's).
     assert not any(t.get("cachingOptions", {}).get("enableCache") for t in tasks)
     committed = committed_docs()[0]["components"]["comp-exit-handler-1"]["dag"]["tasks"]
-    assert committed["pytorchjob-component"]["cachingOptions"] == {"enableCache": True}
+    assert committed["training-job-component"]["cachingOptions"] == {"enableCache": True}
     # ... and the trainer starts in a fresh folder instead of resuming an identical run.
     assert kfp_server.runs[0]["runtime_config"]["parameters"]["retrain_token"]
 
@@ -129,6 +146,7 @@ def test_schedule_sends_cron_concurrency_catchup_and_parameters(kfp_server: Fake
         "--no-catchup",
         "-p",
         "workers=4",
+        *REQUIRED,
     )
     assert result.exit_code == 0, result.output
     (recurring,) = kfp_server.recurring_runs
@@ -137,7 +155,11 @@ def test_schedule_sends_cron_concurrency_catchup_and_parameters(kfp_server: Fake
     assert int(recurring["max_concurrency"]) == 2
     assert recurring["no_catchup"] is True
     assert recurring["mode"] == "ENABLE"
-    assert recurring["runtime_config"]["parameters"] == {"workers": 4}
+    assert recurring["runtime_config"]["parameters"] == {
+        "workers": 4,
+        "data_uri": "s3://bucket/digits",
+        "publish_uri": "s3://bucket/models",
+    }
     assert recurring["pipeline_spec"]["pipeline_spec"]["root"] == committed_docs()[0]["root"]
 
     again = invoke(
@@ -149,6 +171,7 @@ def test_schedule_sends_cron_concurrency_catchup_and_parameters(kfp_server: Fake
         "--cron",
         "0 0 3 * * 1",
         "--catchup",
+        *REQUIRED,
     )
     assert again.exit_code == 0, again.output
     assert kfp_server.recurring_runs[1]["trigger"]["cron_schedule"]["cron"] == "0 0 3 * * 1"
@@ -156,7 +179,9 @@ def test_schedule_sends_cron_concurrency_catchup_and_parameters(kfp_server: Fake
 
 
 def test_run_without_package_compiles_for_the_image(kfp_server: FakeKfpServer) -> None:
-    result = invoke("run", "--host", kfp_server.url, "--image", "registry.example/ddp:1.2")
+    result = invoke(
+        "run", "--host", kfp_server.url, "--image", "registry.example/ddp:1.2", *REQUIRED
+    )
     assert result.exit_code == 0, result.output
     executors = kfp_server.runs[0]["pipeline_spec"]["pipeline_spec"]["deploymentSpec"]["executors"]
     images = {e["container"]["image"] for e in executors.values()}
@@ -167,11 +192,11 @@ def test_run_without_package_compiles_for_the_image(kfp_server: FakeKfpServer) -
 def test_host_from_env_and_token_sent_but_never_printed(monkeypatch: pytest.MonkeyPatch) -> None:
     with FakeKfpServer(token="tok-SECRET-123") as server:
         monkeypatch.setenv("KFP_HOST", server.url)
-        refused = invoke("run", "--package", PACKAGE)
+        refused = invoke("run", "--package", PACKAGE, *REQUIRED)
         assert_one_clear_error(refused, "refused the credentials", "401", "KFP_TOKEN")
 
         monkeypatch.setenv("KFP_TOKEN", "tok-SECRET-123")
-        ok = invoke("run", "--package", PACKAGE)
+        ok = invoke("run", "--package", PACKAGE, *REQUIRED)
         assert ok.exit_code == 0, ok.output
         assert server.requests_to("POST", "/runs")[0].headers["authorization"] == (
             "Bearer tok-SECRET-123"
@@ -201,14 +226,17 @@ def test_forbidden_is_one_clear_error() -> None:
 
 def test_unreachable_server_is_one_clear_error() -> None:
     url = f"http://127.0.0.1:{closed_port()}"
-    result = invoke("schedule", "--host", url, "--package", PACKAGE, "--cron", "0 2 * * *")
+    result = invoke(
+        "schedule", "--host", url, "--package", PACKAGE, "--cron", "0 2 * * *", *REQUIRED
+    )
     assert_one_clear_error(result, "cannot reach", url)
 
 
 def test_no_host_and_host_without_scheme() -> None:
-    assert_one_clear_error(invoke("run", "--package", PACKAGE), "--host", "KFP_HOST")
+    assert_one_clear_error(invoke("run", "--package", PACKAGE, *REQUIRED), "--host", "KFP_HOST")
     assert_one_clear_error(
-        invoke("run", "--package", PACKAGE, "--host", "localhost:8888"), "http://localhost:8888"
+        invoke("run", "--package", PACKAGE, "--host", "localhost:8888", *REQUIRED),
+        "http://localhost:8888",
     )
 
 
@@ -236,7 +264,7 @@ def test_api_errors_after_a_healthy_probe(
     route: str, status: int, message: str, needles: list[str]
 ) -> None:
     with FakeKfpServer(reject={route: (status, message)}) as server:
-        result = invoke("run", "--host", server.url, "--package", PACKAGE, "-p", "epochs=0")
+        result = invoke("run", "--host", server.url, "--package", PACKAGE, *REQUIRED)
     assert_one_clear_error(result, *needles)
 
 
@@ -253,7 +281,7 @@ def test_api_errors_after_a_healthy_probe(
 def test_bad_parameters_are_refused_before_any_request(
     kfp_server: FakeKfpServer, params: list[str], needles: list[str]
 ) -> None:
-    result = invoke("run", "--host", kfp_server.url, "--package", PACKAGE, *params)
+    result = invoke("run", "--host", kfp_server.url, "--package", PACKAGE, *REQUIRED, *params)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     for needle in needles:
@@ -262,10 +290,14 @@ def test_bad_parameters_are_refused_before_any_request(
 
 
 def test_bad_cron_and_missing_package(kfp_server: FakeKfpServer, tmp_path: Path) -> None:
-    bad_cron = invoke("schedule", "--host", kfp_server.url, "--package", PACKAGE, "--cron", "2 * *")
+    bad_cron = invoke(
+        "schedule", "--host", kfp_server.url, "--package", PACKAGE, "--cron", "2 * *", *REQUIRED
+    )
     assert bad_cron.exit_code == 2
     assert "'0 2 * * *'" in bad_cron.output
-    missing = invoke("run", "--host", kfp_server.url, "--package", str(tmp_path / "nope.yaml"))
+    missing = invoke(
+        "run", "--host", kfp_server.url, "--package", str(tmp_path / "nope.yaml"), *REQUIRED
+    )
     assert_one_clear_error(missing, "nope.yaml", "kfp-ddp compile")
 
 
@@ -274,7 +306,7 @@ def test_console_script_exits_non_zero_without_traceback() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KFP_", "KF_PIPELINES"))}
     url = f"http://127.0.0.1:{closed_port()}"
     proc = subprocess.run(
-        [str(script), "run", "--host", url, "--package", PACKAGE],
+        [str(script), "run", "--host", url, "--package", PACKAGE, *REQUIRED],
         capture_output=True,
         text=True,
         env=env,
@@ -289,7 +321,75 @@ def test_console_script_exits_non_zero_without_traceback() -> None:
 
 
 def test_disable_caching_walks_nested_dags() -> None:
-    from pipelines.cli import disable_caching
+    from pipelines.package import disable_caching
 
     spec = json.loads(json.dumps(committed_docs()[0]))
     assert disable_caching(spec) >= 5
+
+
+@pytest.mark.parametrize("command", ["run", "upload", "schedule"])
+def test_the_placeholder_image_is_refused_before_any_request(
+    kfp_server: FakeKfpServer, command: str
+) -> None:
+    extra = ["--cron", "0 2 * * *"] if command == "schedule" else []
+    params = REQUIRED if command != "upload" else []
+    result = invoke(
+        command, "--host", kfp_server.url, "--package", str(DEFAULT_PACKAGE), *extra, *params
+    )
+    assert result.exit_code == 2, result.output
+    assert "placeholder image ghcr.io/kfp-ddp/kfp-ddp:0.1.0" in result.output
+    assert "--image" in result.output
+    assert kfp_server.requests == []
+
+
+def test_compile_warns_about_the_placeholder_image(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["compile", "--output", str(tmp_path / "p.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "placeholder" in result.stderr and "--image" in result.stderr
+    quiet = CliRunner().invoke(
+        main, ["compile", "--output", str(tmp_path / "q.yaml"), "--image", IMAGE]
+    )
+    assert "placeholder" not in quiet.stderr
+
+
+def test_bad_arguments_are_refused_one_line_each_before_any_request(
+    kfp_server: FakeKfpServer,
+) -> None:
+    result = invoke(
+        "run",
+        "--host",
+        kfp_server.url,
+        "--package",
+        PACKAGE,
+        "-p",
+        "data_uri=not-a-uri",
+        "-p",
+        "publish_uri=s3://bucket/models",
+        "-p",
+        "epochs=0",
+        "-p",
+        "accuracy_threshold=2",
+    )
+    assert result.exit_code == 2, result.output
+    assert "-p data_uri='not-a-uri': must be an s3://bucket/prefix URI" in result.output
+    assert "-p epochs=0: --epochs 0 is too small" in result.output
+    assert "-p accuracy_threshold=2.0: must be between 0 and 1" in result.output
+    assert "Traceback" not in result.output
+    assert kfp_server.requests == []
+
+
+def test_namespace_goes_to_the_experiment_and_comes_from_kfp_namespace(
+    kfp_server: FakeKfpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = invoke(
+        "run", "--host", kfp_server.url, "--package", PACKAGE, "--namespace", "team-a", *REQUIRED
+    )
+    assert result.exit_code == 0, result.output
+    (experiment,) = kfp_server.requests_to("POST", "/experiments")
+    assert experiment.json["namespace"] == "team-a"
+    monkeypatch.setenv("KFP_NAMESPACE", "team-b")
+    again = invoke(
+        "run", "--host", kfp_server.url, "--package", PACKAGE, "--experiment", "e2", *REQUIRED
+    )
+    assert again.exit_code == 0, again.output
+    assert kfp_server.requests_to("POST", "/experiments")[1].json["namespace"] == "team-b"

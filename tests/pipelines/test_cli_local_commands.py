@@ -19,6 +19,9 @@ INPUTS = {
 }
 
 
+REQUIRED = ["-p", "data_uri=s3://bucket/datasets/cats", "-p", "publish_uri=s3://bucket/models"]
+
+
 def test_parse_parameters_types_values() -> None:
     got = parse_parameters(
         [
@@ -65,6 +68,14 @@ def test_render_prints_the_pytorchjob_a_run_would_submit() -> None:
         main,
         [
             "render",
+            "--storage",
+            "shared-volume",
+            "-p",
+            "job_api=pytorchjob",
+            "-p",
+            "data_uri=s3://bucket/datasets/cats",
+            "-p",
+            "publish_uri=s3://bucket/models",
             "--run-id",
             "3f2b1c4d-0000-4000-8000-000000000001",
             "--data-digest",
@@ -95,7 +106,9 @@ def test_render_prints_the_pytorchjob_a_run_would_submit() -> None:
     assert container["resources"]["limits"]["nvidia.com/gpu"] in (2, "2")
     args = container["args"]
     assert args[args.index("--epochs") + 1] == "4"
-    assert args[args.index("--data-dir") + 1] == "/workspace/data"
+    # The data folder the data step freezes for this source and digest.
+    data_dir = args[args.index("--data-dir") + 1]
+    assert data_dir.startswith("/workspace/data/") and data_dir.endswith("/abc123")
     output_dir = args[args.index("--output-dir") + 1]
     assert output_dir.startswith("/workspace/train/resnet18-")
     assert output_dir.endswith("/abc123")
@@ -110,22 +123,122 @@ def test_render_prints_the_pytorchjob_a_run_would_submit() -> None:
     assert shm[0]["emptyDir"]["sizeLimit"] == "8Gi"
 
 
+def test_render_shows_object_store_staging_and_the_checkpoint_mirror() -> None:
+    """The default storage: each node stages data_uri (checking the data step's digest) in an
+    init container, writes on its own disk and mirrors to publish_uri/training."""
+    digest = "0123456789abcdef" * 4
+    result = CliRunner().invoke(
+        main,
+        [
+            "render",
+            *REQUIRED,
+            *("-p", "job_api=pytorchjob", "-p", "credentials_secret=team-s3"),
+            *("-p", "s3_endpoint=https://minio.example.com", "--data-digest", digest),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    job = yaml.safe_load(result.stdout)
+    pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["command"][init["command"].index("--source") + 1] == "s3://bucket/datasets/cats"
+    assert init["command"][init["command"].index("--expect-digest") + 1] == digest
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--data-dir") + 1] == "/stage/current"
+    assert args[args.index("--output-dir") + 1].startswith("/stage/output/")
+    mirror = args[args.index("--checkpoint-uri") + 1]
+    assert mirror.startswith("s3://bucket/models/training/resnet18-")
+    assert mirror.endswith(f"/{digest[:16]}/checkpoints")
+    assert args[args.index("--output-uri") + 1] == mirror.replace("/checkpoints", "/output")
+    assert not any("persistentVolumeClaim" in v for v in pod["volumes"])
+    refs = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert refs["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "team-s3"
+    assert refs["AWS_ENDPOINT_URL_S3"]["value"] == "https://minio.example.com"
+
+
+def test_render_prints_the_trainjob_by_default() -> None:
+    result = CliRunner().invoke(
+        main,
+        [
+            "render",
+            *REQUIRED,
+            "-p",
+            "workers=3",
+            "-p",
+            "gpus_per_worker=2",
+            "-p",
+            "nproc_per_node=2",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "job_api=auto: a TrainJob" in result.stderr
+    job = yaml.safe_load(result.stdout)
+    assert job["kind"] == "TrainJob"
+    trainer = job["spec"]["trainer"]
+    assert trainer["numNodes"] == 3 and trainer["numProcPerNode"] == 2
+    assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == "2"
+    assert trainer["args"][-2:] == ["--device", "cuda"]
+
+
 def test_render_refuses_bad_values_clearly() -> None:
-    bad_override = CliRunner().invoke(main, ["render", "-p", 'train_overrides={"bogus": 1}'])
-    assert bad_override.exit_code == 1
-    assert "bogus" in bad_override.output
+    bad_override = CliRunner().invoke(
+        main, ["render", *REQUIRED, "-p", 'train_overrides={"bogus": 1}']
+    )
+    assert bad_override.exit_code == 2
+    assert "-p train_overrides=" in bad_override.output and "bogus" in bad_override.output
     assert "Traceback" not in bad_override.output
-    bad_type = CliRunner().invoke(main, ["render", "-p", "workers=two"])
+    bad_type = CliRunner().invoke(main, ["render", *REQUIRED, "-p", "workers=two"])
     assert bad_type.exit_code == 2
     assert "'workers' expects an integer" in bad_type.output
 
 
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        (["-p", "workers=0"], "-p workers=0: TrainSpec.workers=0 is invalid"),
+        (["-p", "epochs=0"], "-p epochs=0: --epochs 0 is too small"),
+        (["-p", "lr=-1"], "-p lr=-1.0: --lr -1.0 is out of range"),
+        (["-p", "model=not_a_model"], "-p model='not_a_model': --model 'not_a_model' is not"),
+        (["-p", "accuracy_threshold=2"], "-p accuracy_threshold=2.0: must be between 0 and 1"),
+        (["-p", "data_uri=not-a-uri"], "-p data_uri='not-a-uri': must be an s3://bucket/prefix"),
+        (["-p", "publish_uri=s3://bucket/datasets/cats/models"], "lies inside data_uri"),
+        (["-p", 'trainer_args=["--epochs", "99"]'], "--epochs is the pipeline parameter epochs"),
+        (["-p", 'trainer_args=["--data-dir=/x"]'], "--data-dir is set by the pipeline"),
+        (["-p", 'trainer_args=["--bogus"]'], "unrecognized arguments: --bogus"),
+        (
+            ["-p", "job_api=trainjob", "-p", 'train_overrides={"scheduler_name": "volcano"}'],
+            "podGroupPolicy",
+        ),
+    ],
+)
+def test_every_bad_argument_is_one_line_naming_the_parameter(params, needle) -> None:
+    """Refused before anything runs, in render, run, schedule and run-local alike."""
+    given = {p.split("=", 1)[0] for p in params if p != "-p"}
+    required = [
+        x
+        for pair in zip(REQUIRED[::2], REQUIRED[1::2], strict=True)
+        for x in pair
+        if pair[1].split("=", 1)[0] not in given
+    ]
+    for command in (["render"], ["run-local", "--workspace", "/nonexistent/never-made"]):
+        result = CliRunner().invoke(main, [*command, *required, *params])
+        assert result.exit_code == 2, result.output
+        assert needle in result.output, result.output
+        assert "Traceback" not in result.output
+
+
 @pytest.mark.parametrize("key", ["backend", "workspace_path"])
-def test_run_local_sets_backend_and_workspace_itself(key: str, tmp_path) -> None:
+def test_internal_knobs_are_no_parameters(key: str, tmp_path) -> None:
     result = CliRunner().invoke(main, ["run-local", "--workspace", str(tmp_path), "-p", f"{key}=x"])
     assert result.exit_code == 2
-    assert "run-local sets" in result.output
+    assert f"unknown pipeline parameter {key!r}" in result.output
     assert not any(tmp_path.iterdir())
+
+
+def test_version() -> None:
+    from kfp_ddp import __version__
+
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and __version__ in result.output
 
 
 def test_help_lists_every_command() -> None:

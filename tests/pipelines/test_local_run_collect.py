@@ -6,7 +6,8 @@ import json
 import logging
 from pathlib import Path
 
-from pipelines.training import PIPELINE_NAME, _cached_task_dirs, _CacheHits, collect_local_run
+from pipelines.local_run import _cached_task_dirs, _CacheHits, collect_local_run
+from pipelines.training import PIPELINE_NAME
 
 
 def write_output(task_dir: Path, output: dict) -> None:
@@ -20,9 +21,9 @@ def artifact(name: str, uri: Path, **metadata) -> dict:
 
 def test_reads_gate_metrics_model_and_published_uri(tmp_path: Path) -> None:
     run = tmp_path / f"{PIPELINE_NAME}-2026-11-22-01-00-00-000000"
-    (run / "pytorchjob-component" / "model").mkdir(parents=True)
+    (run / "training-job-component" / "model").mkdir(parents=True)
     write_output(
-        run / "pytorchjob-component",
+        run / "training-job-component",
         {"artifacts": {"metrics": artifact("metrics", run / "x", images_per_sec=120.5)}},
     )
     (run / "evaluate-component").mkdir(parents=True)
@@ -37,13 +38,13 @@ def test_reads_gate_metrics_model_and_published_uri(tmp_path: Path) -> None:
             },
         },
     )
-    write_output(run / "stage-publish-folder", {"parameterValues": {"Output": "s3://m/run-1/"}})
+    write_output(run / "publish-model-step", {"parameterValues": {"Output": "s3://m/run-1/"}})
     result = collect_local_run(run, tmp_path / "ws")
     assert result.passed is True
     assert result.metrics == {"accuracy": 0.98}
     assert result.evaluation == {"accuracy": 0.98, "reason": "ok"}
     assert result.training == {"images_per_sec": 120.5}
-    assert result.model_dir == run / "pytorchjob-component" / "model"
+    assert result.model_dir == run / "training-job-component" / "model"
     assert result.report == run / "evaluate-component" / "report"
     assert result.published_uri == "s3://m/run-1/"
     assert "published:   s3://m/run-1/" in result.describe()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from components.s3_sync import sync
-from pipelines.training import run_local
+from pipelines.local_run import run_local
 from tests.image_data import write_image_folder
 
 pytestmark = pytest.mark.slow
@@ -49,9 +49,13 @@ def _published(s3_server, uri: str) -> list[str]:
     return sorted(o["Key"][len(prefix) :] for o in listing.get("Contents", []))
 
 
-def test_gate_passes_and_the_model_is_published(dataset_uri, s3_server, tmp_path):
+def test_shared_volume_gate_passes_and_the_model_is_published(dataset_uri, s3_server, tmp_path):
     publish = f"{dataset_uri.rsplit('/', 1)[0]}/models-passed"
-    run = run_local(_arguments(dataset_uri, s3_server, 0.0, publish), workspace=tmp_path / "ws")
+    run = run_local(
+        _arguments(dataset_uri, s3_server, 0.0, publish),
+        workspace=tmp_path / "ws",
+        storage="shared-volume",
+    )
     assert run.passed is True
     assert run.data_sync["files"] == 3 * (8 + 4) and run.data_sync["transferred"] == 36
     assert run.training["world_size"] == 2 and run.training["steps"] > 0
@@ -62,7 +66,11 @@ def test_gate_passes_and_the_model_is_published(dataset_uri, s3_server, tmp_path
     assert {"weights.pt", "model.json", "summary.json", "eval.json", "report.html"} <= set(files)
     # The checkpoints of the run live in the workspace, per data digest and configuration.
     digest = run.data_sync["digest"]
-    assert list(Path(tmp_path / "ws" / "train").glob(f"*/{digest}/checkpoints/step-*/COMPLETE"))
+    pattern = f"*/{digest[:16]}/checkpoints/step-*/COMPLETE"
+    assert list(Path(tmp_path / "ws" / "train").glob(pattern))
+    # The data the run trained on is frozen under its source and digest.
+    (frozen,) = Path(tmp_path / "ws" / "data").glob(f"*/{digest[:16]}")
+    assert (frozen / "train").is_dir() and (frozen / "val").is_dir()
 
 
 def test_gate_fails_and_nothing_is_published(dataset_uri, s3_server, tmp_path):
@@ -72,3 +80,49 @@ def test_gate_fails_and_nothing_is_published(dataset_uri, s3_server, tmp_path):
     assert run.passed is False
     assert run.published_uri is None
     assert _published(s3_server, publish + "/") == []
+
+
+def _keys(s3_server, uri: str) -> list[str]:
+    return _published(s3_server, uri.rstrip("/") + "/")
+
+
+def test_object_store_run_shares_no_folder_and_keeps_everything_in_s3(
+    dataset_uri, s3_server, tmp_path
+):
+    """No shared volume: the data step only lists, each node stages its own copy, checkpoints
+    and the model go through S3 (publish_uri/training by default), the model is published."""
+    publish = f"{dataset_uri.rsplit('/', 1)[0]}/models-object-store"
+    workspace = tmp_path / "ws"
+    run = run_local(
+        _arguments(dataset_uri, s3_server, 0.0, publish),
+        workspace=workspace,
+        storage="object-store",
+    )
+    assert run.passed is True
+    # The data step listed the data set (36 files, 3 classes) and downloaded nothing.
+    assert run.data_sync["files"] == 36 and run.data_sync["classes"] == 3
+    assert "transferred" not in run.data_sync
+    assert not (workspace / "data").exists() and not (workspace / "train").exists()
+    # Each node staged the data onto its own disk, frozen by the digest the data step saw.
+    digest = run.data_sync["digest"][:16]
+    for node in ("node-0", "node-1"):
+        (frozen,) = (workspace / "nodes" / node / "stage").glob(f"*/{digest}")
+        assert len(list((frozen / "train").rglob("*.png"))) == 24
+    # Checkpoints and the model outputs are in S3 under the run's settings and digest.
+    keys = _keys(s3_server, f"{publish}/training")
+    assert any(
+        k.endswith(f"/{digest}/checkpoints/step-{run.training['steps']:.0f}/COMPLETE") for k in keys
+    ), keys
+    outputs = [k for k in keys if f"/{digest}/output/" in k]
+    assert {k.rsplit("/output/", 1)[1] for k in outputs} >= {
+        "model/weights.pt",
+        "model/model.json",
+        "metrics.jsonl",
+        "summary.json",
+    }
+    # The model came back as the training step's artifact and was published.
+    assert run.model_dir is not None and (run.model_dir / "weights.pt").is_file()
+    assert run.published_uri and run.published_uri.startswith(publish + "/")
+    assert {"weights.pt", "model.json", "eval.json"} <= set(
+        _published(s3_server, run.published_uri)
+    )

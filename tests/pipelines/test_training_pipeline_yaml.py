@@ -1,5 +1,7 @@
 """The training pipeline compiles, matches the committed YAML, parses as a PipelineSpec, and keeps
-its kfp-kubernetes settings (workspace PVC, S3 credentials from a Secret) without any secret."""
+its kfp-kubernetes settings (workspace PVC, S3 credentials from a Secret) without any secret.
+
+The shared-volume pipeline here; tests/pipelines/test_object_store_yaml.py has the other one."""
 
 from __future__ import annotations
 
@@ -13,35 +15,40 @@ from google.protobuf import json_format
 from kfp import compiler
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from pipelines.cli import DEFAULT_PACKAGE, main
+from pipelines.cli import main
+from pipelines.package import PACKAGES
 from pipelines.training import PIPELINE_NAME, WORKSPACE_MOUNT_PATH, build_training_pipeline
 
 EXPECTED_PARAMETERS = {
     "data_uri": "STRING",
+    "publish_uri": "STRING",
     "s3_endpoint": "STRING",
     "credentials_secret": "STRING",
     "workspace_pvc": "STRING",
-    "workspace_path": "STRING",
     "image": "STRING",
     "namespace": "STRING",
+    "job_api": "STRING",
     "workers": "NUMBER_INTEGER",
     "gpus_per_worker": "NUMBER_INTEGER",
     "nproc_per_node": "NUMBER_INTEGER",
+    "cpu_per_worker": "STRING",
+    "memory_per_worker": "STRING",
     "model": "STRING",
     "epochs": "NUMBER_INTEGER",
     "batch_size": "NUMBER_INTEGER",
     "lr": "NUMBER_DOUBLE",
     "image_size": "NUMBER_INTEGER",
     "checkpoint_interval": "NUMBER_INTEGER",
+    "checkpoint_uri": "STRING",
     "trainer_args": "LIST",
     "train_overrides": "STRING",
     "retrain_token": "STRING",
     "accuracy_threshold": "NUMBER_DOUBLE",
     "baseline_uri": "STRING",
     "tolerance": "NUMBER_DOUBLE",
-    "publish_uri": "STRING",
-    "backend": "STRING",
 }
+REQUIRED_PARAMETERS = {"data_uri", "publish_uri"}
+"""No default: a real-looking bucket name would read from / publish to a stranger's bucket."""
 # Values that must never reach a compiled pipeline (the test S3 server's and AWS's doc examples).
 CREDENTIAL_PATTERNS = [
     re.compile(r"AKIA[0-9A-Z]{16}"),
@@ -58,7 +65,7 @@ def strip_sdk_version(text: str) -> str:
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("compiled") / "training_pipeline.yaml"
-    compiler.Compiler().compile(build_training_pipeline(), str(path))
+    compiler.Compiler().compile(build_training_pipeline(storage="shared-volume"), str(path))
     return path
 
 
@@ -68,11 +75,15 @@ def docs(compiled: Path) -> tuple[dict, dict]:
     return pipeline_doc, platform_doc
 
 
-def test_committed_yaml_is_up_to_date(compiled: Path) -> None:
-    assert DEFAULT_PACKAGE.exists(), "run `kfp-ddp compile` and commit the YAML"
-    assert strip_sdk_version(DEFAULT_PACKAGE.read_text()) == strip_sdk_version(
-        compiled.read_text()
-    ), "pipelines/compiled/training_pipeline.yaml is stale: run `kfp-ddp compile` (make compile)"
+@pytest.mark.parametrize("storage", sorted(PACKAGES))
+def test_committed_yaml_is_up_to_date(storage: str, tmp_path: Path) -> None:
+    committed = PACKAGES[storage]
+    assert committed.exists(), f"run `kfp-ddp compile --storage {storage}` and commit the YAML"
+    fresh = tmp_path / "fresh.yaml"
+    compiler.Compiler().compile(build_training_pipeline(storage=storage), str(fresh))
+    assert strip_sdk_version(committed.read_text()) == strip_sdk_version(fresh.read_text()), (
+        f"{committed.name} is stale: run `make compile` and commit it"
+    )
 
 
 def test_parses_into_pipeline_spec_with_declared_parameters(docs: tuple[dict, dict]) -> None:
@@ -85,8 +96,24 @@ def test_parses_into_pipeline_spec_with_declared_parameters(docs: tuple[dict, di
         for name, p in spec.root.input_definitions.parameters.items()
     }
     assert declared == EXPECTED_PARAMETERS
-    # Every parameter has a default, so a run needs no arguments at all.
-    assert all(p.HasField("default_value") for p in spec.root.input_definitions.parameters.values())
+    # Where the data comes from and where the model goes have no default: the UI demands them.
+    defaults = {
+        name
+        for name, p in spec.root.input_definitions.parameters.items()
+        if p.HasField("default_value")
+    }
+    assert set(EXPECTED_PARAMETERS) - defaults == REQUIRED_PARAMETERS
+    # The internal knobs are compile-time settings, not UI parameters.
+    assert not {"backend", "workspace_path", "storage"} & set(declared)
+
+
+def test_parameter_descriptions_read_well_in_the_ui(docs: tuple[dict, dict]) -> None:
+    pipeline_doc, _ = docs
+    parameters = pipeline_doc["root"]["inputDefinitions"]["parameters"]
+    for name, parameter in parameters.items():
+        description = parameter.get("description", "")
+        assert description, f"{name} has no description"
+        assert "``" not in description and ":func:" not in description, (name, description)
 
 
 def test_no_credential_values_anywhere(compiled: Path) -> None:
@@ -129,9 +156,17 @@ def _executor_of(pipeline_doc: dict, task: dict) -> str:
 def test_structure_gate_retries_caching_and_exit_handler(docs: tuple[dict, dict]) -> None:
     pipeline_doc, _ = docs
     tasks = _tasks(pipeline_doc)
-    # sync → train → evaluate → (if passed) stage → publish, inside an exit handler.
-    assert tasks["pytorchjob-component"]["dependentTasks"] == ["s3-sync-component"]
-    assert tasks["evaluate-component"]["dependentTasks"] == ["pytorchjob-component"]
+    # check → data → train → evaluate → (if passed) stage → publish, inside an exit handler.
+    assert tasks["stage-dataset-step"]["dependentTasks"] == ["check-arguments-step"]
+    # (the check step also answers where checkpoints go: checkpoint_uri or its default)
+    assert sorted(tasks["training-job-component"]["dependentTasks"]) == [
+        "check-arguments-step",
+        "stage-dataset-step",
+    ]
+    assert sorted(tasks["evaluate-component"]["dependentTasks"]) == [
+        "stage-dataset-step",
+        "training-job-component",
+    ]
     conditions = [
         t["triggerPolicy"]["condition"]
         for t in tasks.values()
@@ -140,27 +175,37 @@ def test_structure_gate_retries_caching_and_exit_handler(docs: tuple[dict, dict]
     assert conditions == [
         "inputs.parameter_values['pipelinechannel--evaluate-component-Output'] == true"
     ]
-    assert tasks["s3-sync-component-2"]["dependentTasks"] == ["stage-publish-folder"]
-    # Data-aware caching: the sync always runs, its digest is an input of the training step.
-    assert tasks["s3-sync-component"]["cachingOptions"] == {}
+    # Publishing runs only inside the gate's condition.
+    assert set(pipeline_doc["components"]["comp-condition-2"]["dag"]["tasks"]) == {
+        "publish-model-step"
+    }
+    # Data-aware caching: the data step always runs, its digest is an input of the training step.
+    assert tasks["stage-dataset-step"]["cachingOptions"] == {}
     # Publishing happens in every run that passes (its own run-id prefix), never from a cache.
-    assert tasks["stage-publish-folder"]["cachingOptions"] == {}
-    assert tasks["s3-sync-component-2"]["cachingOptions"] == {}
-    assert tasks["pytorchjob-component"]["cachingOptions"] == {"enableCache": True}
-    digest = tasks["pytorchjob-component"]["inputs"]["parameters"]["data_digest"]
+    assert tasks["publish-model-step"]["cachingOptions"] == {}
+    assert tasks["training-job-component"]["cachingOptions"] == {"enableCache": True}
+    digest = tasks["training-job-component"]["inputs"]["parameters"]["data_digest"]
     assert digest["taskOutputParameter"] == {
-        "outputParameterKey": "Output",
-        "producerTask": "s3-sync-component",
+        "outputParameterKey": "digest",
+        "producerTask": "stage-dataset-step",
+    }
+    # Training and evaluation read the data folder the data step froze.
+    for task in ("training-job-component", "evaluate-component"):
+        data_dir = tasks[task]["inputs"]["parameters"]["data_dir"]
+        assert data_dir["taskOutputParameter"] == {
+            "outputParameterKey": "data_dir",
+            "producerTask": "stage-dataset-step",
+        }
+    # The API (TrainJob / PyTorchJob / auto) is a pipeline parameter handed to the step.
+    assert tasks["training-job-component"]["inputs"]["parameters"]["api"] == {
+        "componentInputParameter": "pipelinechannel--job_api"
     }
     # The launcher step is retried (it re-attaches to its job).
-    assert tasks["pytorchjob-component"]["retryPolicy"]["maxRetryCount"] == 2
-    # The exit handler's task deletes leftover PyTorchJobs of this run.
+    assert tasks["training-job-component"]["retryPolicy"]["maxRetryCount"] == 2
+    # The exit handler's task deletes leftover TrainJobs/PyTorchJobs of this run.
     root = pipeline_doc["root"]["dag"]["tasks"]
-    assert (
-        root["pytorchjob-cleanup-component"]["triggerPolicy"]["strategy"]
-        == "ALL_UPSTREAM_TASKS_COMPLETED"
-    )
-    run_id = root["pytorchjob-cleanup-component"]["inputs"]["parameters"]["run_id"]
+    assert root["cleanup-component"]["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
+    run_id = root["cleanup-component"]["inputs"]["parameters"]["run_id"]
     assert run_id["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
 
 
@@ -169,11 +214,9 @@ def test_kubernetes_platform_config(docs: tuple[dict, dict]) -> None:
     tasks = _tasks(pipeline_doc)
     executors = platform_doc["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     for task_name in (
-        "s3-sync-component",
-        "pytorchjob-component",
+        "stage-dataset-step",
+        "training-job-component",
         "evaluate-component",
-        "stage-publish-folder",
-        "s3-sync-component-2",
     ):
         config = executors[_executor_of(pipeline_doc, tasks[task_name])]
         (mount,) = config["pvcMount"]
@@ -181,7 +224,9 @@ def test_kubernetes_platform_config(docs: tuple[dict, dict]) -> None:
         assert mount["pvcNameParameter"] == {
             "componentInputParameter": "pipelinechannel--workspace_pvc"
         }
-    for task_name in ("s3-sync-component", "s3-sync-component-2", "evaluate-component"):
+    # Publishing needs no volume: it stages in its own temporary folder, then uploads.
+    assert "pvcMount" not in executors[_executor_of(pipeline_doc, tasks["publish-model-step"])]
+    for task_name in ("stage-dataset-step", "publish-model-step", "evaluate-component"):
         (secret,) = executors[_executor_of(pipeline_doc, tasks[task_name])]["secretAsEnv"]
         assert secret["secretNameParameter"] == {
             "componentInputParameter": "pipelinechannel--credentials_secret"
@@ -191,13 +236,18 @@ def test_kubernetes_platform_config(docs: tuple[dict, dict]) -> None:
             "AWS_SECRET_ACCESS_KEY",
         }
     # The launcher talks to the cluster, never to S3: it gets no credentials.
-    assert "secretAsEnv" not in executors[_executor_of(pipeline_doc, tasks["pytorchjob-component"])]
+    assert (
+        "secretAsEnv" not in executors[_executor_of(pipeline_doc, tasks["training-job-component"])]
+    )
 
 
 def test_run_scoped_workspace_variant(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     compiler.Compiler().compile(
-        build_training_pipeline(workspace_size="50Gi", storage_class="nfs"), str(path)
+        build_training_pipeline(
+            storage="shared-volume", workspace_size="50Gi", storage_class="nfs"
+        ),
+        str(path),
     )
     pipeline_doc, platform_doc = [d for d in yaml.safe_load_all(path.read_text()) if d]
     tasks = _tasks(pipeline_doc)
@@ -208,7 +258,7 @@ def test_run_scoped_workspace_variant(tmp_path: Path) -> None:
     deletes = [name for name in tasks if name.startswith("deletepvc")]
     assert len(deletes) == 2  # after publishing, and when the gate fails
     executors = platform_doc["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    mount = executors[_executor_of(pipeline_doc, tasks["pytorchjob-component"])]["pvcMount"][0]
+    mount = executors[_executor_of(pipeline_doc, tasks["training-job-component"])]["pvcMount"][0]
     assert mount["pvcNameParameter"] == {
         "componentInputParameter": "pipelinechannel--createpvc-name"
     }

@@ -1,0 +1,123 @@
+"""Pipeline arguments on the command line: ``-p key=value`` typed by the declared parameters,
+the declared defaults filled in, and every value checked before anything is submitted."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import click
+
+_TRUE = {"true", "1", "yes", "y", "on"}
+_FALSE = {"false", "0", "no", "n", "off"}
+
+
+def _boolean(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError(raw)
+
+
+def _json_of(kind: type) -> Any:
+    def parse(raw: str) -> Any:
+        value = json.loads(raw)
+        if not isinstance(value, kind):
+            raise ValueError(raw)
+        return value
+
+    return parse
+
+
+CONVERTERS = {
+    "STRING": (str, "a string"),
+    "NUMBER_INTEGER": (int, "an integer"),
+    "NUMBER_DOUBLE": (float, "a number"),
+    "BOOLEAN": (_boolean, "true or false"),
+    "LIST": (_json_of(list), "a JSON list"),
+    "STRUCT": (_json_of(dict), "a JSON object"),
+}
+"""KFP parameter type → (conversion of the command-line text, what it expects)."""
+
+
+def _convert(key: str, raw: str, parameter_type: str) -> Any:
+    convert, expected = CONVERTERS.get(parameter_type, (str, "a string"))
+    try:
+        return convert(raw)
+    except ValueError:
+        raise click.BadParameter(
+            f"pipeline parameter {key!r} expects {expected}, got {raw!r}", param_hint="'-p'"
+        ) from None
+
+
+def parse_parameters(pairs: Sequence[str], inputs: dict[str, dict]) -> dict[str, Any]:
+    """Turn repeated ``-p key=value`` into typed arguments, checked against ``inputs``."""
+    arguments: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise click.BadParameter(
+                f"{pair!r} is not key=value (e.g. -p epochs=5)", param_hint="'-p'"
+            )
+        if key not in inputs:
+            raise click.BadParameter(
+                f"unknown pipeline parameter {key!r}; valid parameters: "
+                + ", ".join(sorted(inputs)),
+                param_hint="'-p'",
+            )
+        if key in arguments:
+            raise click.BadParameter(f"pipeline parameter {key!r} given twice", param_hint="'-p'")
+        arguments[key] = _convert(key, raw, inputs[key].get("parameterType", "STRING"))
+    missing = sorted(
+        name
+        for name, spec in inputs.items()
+        if name not in arguments and "defaultValue" not in spec and not spec.get("isOptional")
+    )
+    if missing:
+        raise click.BadParameter(
+            "missing required pipeline parameter(s): " + ", ".join(missing), param_hint="'-p'"
+        )
+    return arguments
+
+
+def pipeline_inputs(storage: str | None = None) -> dict[str, dict]:
+    """The declared parameters (name → type, default...) of the training pipeline compiled for
+    ``storage`` (default: the default storage)."""
+    from google.protobuf import json_format
+
+    from pipelines.package import declared_inputs
+    from pipelines.training import DEFAULT_STORAGE, build_training_pipeline
+
+    pipeline = build_training_pipeline(storage=storage or DEFAULT_STORAGE)
+    return declared_inputs(json_format.MessageToDict(pipeline.pipeline_spec))
+
+
+def with_defaults(arguments: Mapping[str, Any], storage: str | None = None) -> dict[str, Any]:
+    """``arguments`` over the declared defaults of the pipeline compiled for ``storage``."""
+    from pipelines.package import default_arguments
+
+    return default_arguments(pipeline_inputs(storage)) | dict(arguments)
+
+
+def checked_arguments(arguments: Mapping[str, Any], **compile_time: Any) -> None:
+    """Check every argument (with the declared defaults) before anything is submitted.
+
+    ``compile_time``: the values the pipeline fixes when it is compiled (backend,
+    workspace_path, storage). A problem exits 2, one line each: parameter, value, fix.
+    """
+    from pipelines.training import DEFAULT_STORAGE, WORKSPACE_MOUNT_PATH
+    from pipelines.validation import ArgumentError, check_arguments
+
+    complete = with_defaults(arguments, compile_time.get("storage"))
+    fixed = {"backend": "kubernetes", "workspace_path": WORKSPACE_MOUNT_PATH}
+    complete |= fixed | {"storage": DEFAULT_STORAGE} | compile_time
+    try:
+        check_arguments(complete)
+    except ArgumentError as exc:
+        raise click.UsageError(
+            "bad pipeline argument(s):\n" + "\n".join(f"  -p {p}" for p in exc.problems)
+        ) from None

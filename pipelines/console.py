@@ -1,0 +1,139 @@
+"""What a person sees of a local pipeline run: one line per step, the trainer's progress, the
+cause of a failure — and everything else in a log file.
+
+kfp.local prints every task's executor input and output JSON, its warnings and the nodes' logs
+(hundreds of lines for the demo). ``RunConsole`` stands in for ``sys.stdout`` during the run:
+every line goes to the log file; the console gets
+
+* ``✓ stage data from S3  3.1 s`` / ``✗ train  41.0 s`` when a step finishes,
+* the trainer's own lines (``[node-0] [trainer] step 40/180 | ... | 512 img/s``),
+* for a failed step, its one-line cause (the argument check's ``bad argument: epochs=0: ...``,
+  the trainer's ``[trainer] error: ...``, or the last exception line).
+
+``verbose=True`` shows every line as well.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+STEP_NAMES = {
+    "check-arguments-step": "check the arguments",
+    "stage-dataset-step": "stage data from S3",
+    "training-job-component": "train",
+    "evaluate-component": "evaluate",
+    "publish-model-step": "publish the model to S3",
+    "cleanup-component": "clean up",
+}
+STARTED = re.compile(r"Executing task '([^']+)'")
+FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
+CACHE_HIT = re.compile(r"Task (\S+) cache hit")
+CAUSES = (
+    re.compile(r"bad argument: (.+)"),
+    re.compile(r"\[trainer\] error: (.+)"),
+    re.compile(r"^\s*(?:\[[\w-]+\] )?((?:[\w.]+\.)?\w+(?:Error|Exception|Exit)\w*: .+)$"),
+)
+PROGRESS = re.compile(r"\[trainer\] (step \d+/\d+|done:|resuming|already complete|stopped)")
+
+
+@dataclass
+class StepRecord:
+    name: str
+    started: float
+    cause: str = ""
+    specific: bool = False
+    """The cause is a named one (an argument, the trainer's error), not a generic exception."""
+    done: bool = False
+
+
+@dataclass
+class RunConsole(io.TextIOBase):
+    """A ``sys.stdout`` stand-in: the log file gets everything, the console a summary."""
+
+    log: TextIO
+    console: TextIO = field(default_factory=lambda: sys.__stdout__)
+    verbose: bool = False
+    steps: dict[str, StepRecord] = field(default_factory=dict)
+    failed: list[StepRecord] = field(default_factory=list)
+    _partial: str = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        self._partial += text
+        *lines, self._partial = self._partial.split("\n")
+        for line in lines:
+            self._line(ANSI.sub("", line))
+        return len(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.console.flush()
+
+    def _say(self, text: str) -> None:
+        self.console.write(text + "\n")
+        self.console.flush()
+
+    def _line(self, line: str) -> None:
+        if self.verbose:
+            self._say(line)
+        if found := STARTED.search(line):
+            name = found.group(1)
+            self.steps[name] = StepRecord(name, time.monotonic())
+        elif found := FINISHED.search(line):
+            self._finished(found.group(1), found.group(2))
+        elif found := CACHE_HIT.search(line):
+            task = found.group(1).strip("'")
+            self._say(f"  ↺ {STEP_NAMES.get(task, task)}  (from cache: same data and settings)")
+        elif PROGRESS.search(line) and not self.verbose:
+            self._say("    " + line.strip())
+        else:
+            self._cause(line)
+
+    def _cause(self, line: str) -> None:
+        """Remember the first named cause (or else the last exception line) of the running step."""
+        running = [s for s in self.steps.values() if not s.done]
+        if not running:
+            return
+        step = max(running, key=lambda s: s.started)
+        for pattern in CAUSES:
+            if found := pattern.search(line):
+                specific = pattern is not CAUSES[-1]
+                if (specific and not step.specific) or (not specific and not step.specific):
+                    step.cause, step.specific = found.group(1).strip(), specific
+                return
+
+    def _finished(self, name: str, status: str) -> None:
+        step = self.steps.get(name) or StepRecord(name, time.monotonic())
+        step.done = True
+        seconds = time.monotonic() - step.started
+        ok = status == "SUCCESS"
+        self._say(f"  {'✓' if ok else '✗'} {STEP_NAMES.get(name, name)}  {seconds:.1f} s")
+        if not ok:
+            self.failed.append(step)
+            if step.cause and not self.verbose:
+                self._say(f"      {step.cause}")
+
+    def failure(self) -> str:
+        """The first failed step and its cause, in one line ('' when none failed)."""
+        if not self.failed:
+            return ""
+        step = self.failed[0]
+        return f"step '{STEP_NAMES.get(step.name, step.name)}' failed" + (
+            f": {step.cause}" if step.cause else ""
+        )
+
+
+def open_log(folder: Path) -> Path:
+    """A new log file for one run under ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"

@@ -1,0 +1,260 @@
+"""The training data of a run: synced from S3 into a folder of its own source, checked, frozen
+(``components.s3_sync.staging`` does the syncing and freezing; this module adds the ImageFolder
+check and what the pipeline reports).
+
+``stage_dataset(data_uri, workspace)``:
+
+1. ``<workspace>/data/<source key>/mirror`` is the incremental sync target of ``data_uri`` (the
+   key is a digest of the URI): two runs of different data never share a folder,
+   and a typo in ``data_uri`` lands in a new, empty mirror (the sync then refuses the empty source
+   instead of deleting anything). Runs of the same source take turns (a lock file).
+2. The mirror must be an ImageFolder with a ``train/`` and a ``val/`` split, each holding class
+   folders of images, the ``val/`` classes among ``train/``'s — checked now, not after training.
+3. The mirror is frozen as ``<workspace>/data/<source key>/<digest>/`` with hard links (no bytes
+   copied). The sync never writes into an existing file (it renames new ones into place), so a
+   frozen folder stays exactly what was synced while a later run refreshes the mirror: a run
+   trains and evaluates on its own data even when another run of the same source syncs meanwhile.
+
+``inspect_dataset(data_uri)`` (the object-store pipeline, where every training node stages the
+data on its own disk) only lists the source: the same layout check and the same digest, no
+download.
+
+Frozen folders are never deleted by the pipeline (a running job may read one); remove old ones
+with ``rm -r <workspace>/data/<source key>/<digest>`` when no run uses them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
+SPLITS = ("train", "val")
+
+
+class DatasetLayoutError(ValueError):
+    """The synced folder is not an ImageFolder with train/ and val/ splits."""
+
+
+@dataclass(frozen=True)
+class StagedDataset:
+    """Where a run's data is and what the sync did."""
+
+    source: str
+    snapshot: Path
+    """The frozen folder the run trains and evaluates on."""
+    digest: str
+    """The digest of the source listing (keys, sizes, ETags)."""
+    files: int
+    transferred: int
+    skipped: int
+    deleted: int
+    bytes_total: int
+    seconds: float
+    classes: int
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "destination": str(self.snapshot),
+            "files": self.files,
+            "bytes": self.bytes_total,
+            "digest": self.digest,
+            "transferred": self.transferred,
+            "skipped": self.skipped,
+            "deleted": self.deleted,
+            "classes": self.classes,
+            "seconds": round(self.seconds, 3),
+        }
+
+    def summary(self) -> str:
+        return (
+            f"{self.files} files ({self.classes} classes) from {self.source}: "
+            f"{self.transferred} transferred, {self.skipped} unchanged, {self.deleted} deleted "
+            f"in {self.seconds:.1f} s; frozen as {self.snapshot}"
+        )
+
+
+def source_key(data_uri: str, endpoint_url: str | None = None) -> str:
+    """The folder name of a source (see ``components.s3_sync.staging.source_key``)."""
+    from components.s3_sync.staging import source_key as key
+
+    del endpoint_url  # the same bucket through another URL is the same data
+    return key(data_uri)
+
+
+def snapshot_path(
+    workspace: str | os.PathLike, data_uri: str, endpoint_url: str | None, digest: str
+) -> Path:
+    """The frozen folder of ``data_uri``'s listing ``digest`` in ``workspace``."""
+    from components.s3_sync.staging import snapshot_path as path
+
+    del endpoint_url
+    return path(Path(workspace) / "data", data_uri, digest)
+
+
+def stage_dataset(
+    data_uri: str, workspace: str | os.PathLike, *, endpoint_url: str | None = None
+) -> StagedDataset:
+    """Sync ``data_uri`` into the workspace, check its layout, freeze it (see the module doc)."""
+    from components.s3_sync.staging import stage
+
+    found: dict[str, int] = {}
+    staged = stage(
+        data_uri,
+        Path(workspace) / "data",
+        endpoint_url=endpoint_url,
+        check=lambda mirror: found.update(classes=check_layout(mirror, data_uri)),
+    )
+    report = staged.report
+    return StagedDataset(
+        source=data_uri,
+        snapshot=staged.snapshot,
+        digest=report.digest,
+        files=report.files,
+        transferred=report.transferred,
+        skipped=report.skipped,
+        deleted=report.deleted,
+        bytes_total=report.bytes_total,
+        seconds=report.seconds,
+        classes=found["classes"],
+    )
+
+
+@dataclass(frozen=True)
+class ListedDataset:
+    """A data set looked at in S3 without downloading it (the object-store pipeline's data step):
+    every training node stages it itself, and must find this digest."""
+
+    source: str
+    digest: str
+    """The digest of the listing (keys, sizes, ETags): the same as a sync of it reports."""
+    files: int
+    bytes_total: int
+    classes: int
+    seconds: float
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "files": self.files,
+            "bytes": self.bytes_total,
+            "digest": self.digest,
+            "classes": self.classes,
+            "seconds": round(self.seconds, 3),
+        }
+
+    def summary(self) -> str:
+        return (
+            f"{self.files} files ({self.classes} classes) in {self.source}, listed in "
+            f"{self.seconds:.1f} s (digest {self.digest[:16]}); each training node stages them"
+        )
+
+
+def inspect_dataset(data_uri: str, *, endpoint_url: str | None = None) -> ListedDataset:
+    """List ``data_uri`` (a dry-run sync into a folder that does not exist: nothing is written)
+    and check its layout."""
+    import tempfile
+
+    from components.s3_sync.api import sync
+
+    with tempfile.TemporaryDirectory(prefix="kfp-ddp-inspect-") as tmp:
+        report = sync(
+            data_uri, Path(tmp) / "none", endpoint_url=endpoint_url, dry_run=True, progress=False
+        )
+    classes = listing_layout(report.would_transfer).check(data_uri)
+    return ListedDataset(
+        source=data_uri,
+        digest=report.digest,
+        files=report.files,
+        bytes_total=report.bytes_total,
+        classes=classes,
+        seconds=report.seconds,
+    )
+
+
+def _classes(split: Path) -> dict[str, int]:
+    """Class folder → number of images in it."""
+    found = {}
+    for entry in sorted(os.scandir(split), key=lambda e: e.name):
+        if entry.is_dir() and not entry.name.startswith("."):
+            found[entry.name] = sum(
+                1
+                for f in os.scandir(entry.path)
+                if f.is_file() and f.name.lower().endswith(IMAGE_SUFFIXES)
+            )
+    return found
+
+
+def folder_layout(folder: Path) -> Layout:
+    """The layout of a local folder: split → class → images (splits missing are left out)."""
+    return Layout(
+        splits={split: _classes(folder / split) for split in SPLITS if (folder / split).is_dir()},
+        top=sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else [],
+    )
+
+
+def listing_layout(keys: Iterable[str]) -> Layout:
+    """The layout of an S3 listing (paths relative to the data set): the same view as
+    ``folder_layout`` of its download, without downloading."""
+    splits: dict[str, dict[str, int]] = {}
+    top: set[str] = set()
+    for key in keys:
+        parts = key.split("/")
+        if len(parts) < 2 or any(part.startswith(".") for part in parts):
+            continue
+        top.add(parts[0])
+        if parts[0] not in SPLITS or len(parts) < 3:
+            continue
+        classes = splits.setdefault(parts[0], {})
+        classes.setdefault(parts[1], 0)
+        if len(parts) == 3 and parts[2].lower().endswith(IMAGE_SUFFIXES):
+            classes[parts[1]] += 1
+    for split in top & set(SPLITS):
+        splits.setdefault(split, {})
+    return Layout(splits={k: dict(sorted(v.items())) for k, v in splits.items()}, top=sorted(top))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a data set holds: for each split present, its class folders and their images."""
+
+    splits: dict[str, dict[str, int]]
+    top: list[str]
+    """The top-level folders (named in the error when a split is missing)."""
+
+    def check(self, data_uri: str) -> int:
+        """Raise DatasetLayoutError unless there are train/ and val/ class folders of images, the
+        val/ classes among train/'s; returns the number of training classes."""
+        for split in SPLITS:
+            if split not in self.splits:
+                raise DatasetLayoutError(
+                    f"data_uri={data_uri!r} has no {split}/ folder (it has "
+                    f"{self.top or 'nothing'}): the pipeline needs "
+                    f"{data_uri.rstrip('/')}/train/<class>/* and "
+                    f"{data_uri.rstrip('/')}/val/<class>/* (val/ is what the evaluation gate "
+                    "scores)"
+                )
+            classes = self.splits[split]
+            empty = sorted(name for name, count in classes.items() if count == 0)
+            if not classes or empty:
+                what = f"class folders without images: {empty}" if empty else "no class folders"
+                raise DatasetLayoutError(
+                    f"data_uri={data_uri!r}: {split}/ has {what}; each class needs a folder of "
+                    "images (.png, .jpg, ...)"
+                )
+        unknown = sorted(set(self.splits["val"]) - set(self.splits["train"]))
+        if unknown:
+            raise DatasetLayoutError(
+                f"data_uri={data_uri!r}: val/ has classes that train/ lacks: {unknown}; the model "
+                "can only predict the training classes"
+            )
+        return len(self.splits["train"])
+
+
+def check_layout(folder: Path, data_uri: str) -> int:
+    """``folder_layout(folder).check(data_uri)``: the number of training classes."""
+    return folder_layout(folder).check(data_uri)

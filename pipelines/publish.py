@@ -1,0 +1,53 @@
+"""Publish a model that passed the gate: its files and its evaluation, to ``<publish_uri>/<run>/``.
+
+Staged in a temporary folder of the step (no shared volume needed), uploaded with the verified
+S3 sync, never with ``--delete``: a run's own prefix only ever gains files.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def stage_files(model_path: str, report_path: str, evaluation: Any, folder: Path) -> list[str]:
+    """Gather the model's files, ``eval.json`` and ``report.html`` into ``folder``."""
+    from kfp_ddp.atomic_files import write_json_atomic
+
+    source = Path(model_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    if source.is_dir():
+        for item in sorted(source.iterdir()):
+            if item.is_file():
+                shutil.copy2(item, folder / item.name)
+    elif source.is_file():
+        shutil.copy2(source, folder / source.name)
+    else:
+        raise FileNotFoundError(f"the model artifact has no files at {source}")
+    if evaluation is not None:
+        write_json_atomic(folder / "eval.json", evaluation)
+    if Path(report_path).is_file():
+        shutil.copy2(report_path, folder / "report.html")
+    return sorted(p.name for p in folder.iterdir())
+
+
+def publish_model(
+    model_path: str,
+    report_path: str,
+    *,
+    evaluation: Any,
+    publish_uri: str,
+    run_id: str,
+    endpoint_url: str | None = None,
+) -> str:
+    """Upload the model and its evaluation to ``publish_uri/<run_id>/``; returns that URI."""
+    from components.s3_sync import sync
+
+    destination = f"{publish_uri.rstrip('/')}/{run_id}/"
+    with tempfile.TemporaryDirectory(prefix="kfp-ddp-publish-") as tmp:
+        names = stage_files(model_path, report_path, evaluation, Path(tmp))
+        report = sync(tmp, destination, endpoint_url=endpoint_url, progress=False)
+    print(f"published {names} to {destination}: {report.summary()}")
+    return destination

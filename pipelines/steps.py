@@ -1,0 +1,170 @@
+"""The pipeline's own steps (lightweight KFP components; each body is self-contained).
+
+- ``check_arguments_step``: the run's first step, cheap: every argument checked before anything
+  else runs (``pipelines.validation``), so a bad value from the Kubeflow UI fails in seconds.
+- ``stage_dataset_step``: sync the ImageFolder from S3 into the workspace and freeze what was
+  synced. The sync target is keyed by the source (``data/<source key>/mirror``), so runs of other
+  data never share — or ``--delete`` — each other's files; after the sync the mirror is checked
+  for a ``train/`` and a ``val/`` split and frozen as ``data/<source key>/<digest>/`` (hard links:
+  no copy of the bytes; a later sync replaces files by renaming, so a frozen snapshot never
+  changes). Training and evaluation read the snapshot of their own digest.
+- ``list_dataset_step`` (object-store storage): the same layout check and digest from a listing
+  of the data set, nothing downloaded; every training node stages the data itself.
+- ``publish_model_step``: upload the model that passed the gate, with its evaluation.
+"""
+
+# No `from __future__ import annotations`: KFP reads the artifact types from real annotations.
+
+from typing import NamedTuple
+
+from kfp.dsl import HTML, Dataset, Input, Model, Output
+
+
+def check_arguments_step(
+    data_uri: str,
+    publish_uri: str,
+    s3_endpoint: str,
+    credentials_secret: str,
+    workspace_pvc: str,
+    image: str,
+    namespace: str,
+    job_api: str,
+    workers: int,
+    gpus_per_worker: int,
+    nproc_per_node: int,
+    cpu_per_worker: str,
+    memory_per_worker: str,
+    model: str,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    image_size: int,
+    checkpoint_interval: int,
+    checkpoint_uri: str,
+    trainer_args: list,
+    train_overrides: str,
+    retrain_token: str,
+    accuracy_threshold: float,
+    baseline_uri: str,
+    tolerance: float,
+    backend: str,
+    workspace_path: str,
+    storage: str,
+) -> str:
+    """Check every pipeline argument; fail with one line per problem (parameter, value, fix).
+
+    Its parameters are the pipeline's (a test holds them equal) plus the compile-time backend,
+    workspace_path and storage. Returns where the training keeps its checkpoints (and, with
+    object-store storage, its model): checkpoint_uri, or its default.
+    """
+    arguments = dict(locals())
+    from pipelines.training import checkpoint_base
+    from pipelines.validation import ArgumentError, check_arguments
+
+    try:
+        check_arguments(arguments)
+    except ArgumentError as exc:
+        for problem in exc.problems:
+            print(f"bad argument: {problem}", flush=True)
+        raise SystemExit(
+            f"{len(exc.problems)} bad pipeline argument(s): {exc.problems[0]}"
+        ) from None
+    print("all pipeline arguments are valid")
+    return checkpoint_base(arguments)
+
+
+def stage_dataset_step(
+    data_uri: str,
+    endpoint_url: str,
+    workspace_path: str,
+    dataset: Output[Dataset],
+) -> NamedTuple("Outputs", [("data_dir", str), ("digest", str)]):
+    """Sync data_uri into the workspace, check its train/ and val/ splits, freeze it by digest.
+
+    The mirror is data/<source key>/mirror under workspace_path (one folder per source, so runs
+    of other data never share or delete each other's files); the synced data is frozen as
+    data/<source key>/<digest>/ with hard links, which a later sync never changes.
+
+    Args:
+        data_uri: s3://bucket/prefix of an ImageFolder with train/<class>/* and val/<class>/*.
+        endpoint_url: URL of an S3-compatible endpoint; empty for the standard AWS environment.
+        workspace_path: the shared volume's path in this step (and in the training nodes).
+
+    Returns:
+        dataset: the synced data; metadata: the sync's counts, the digest and the frozen folder.
+        data_dir: the frozen folder, the data dir of training and evaluation.
+        digest: the digest of the source listing (keys, sizes, ETags): the training step's
+            caching key.
+    """
+    from collections import namedtuple
+
+    from pipelines.dataset import stage_dataset
+
+    staged = stage_dataset(data_uri, workspace_path, endpoint_url=endpoint_url or None)
+    dataset.metadata.update(staged.metadata())
+    print(f"data: {staged.summary()}")
+    outputs = namedtuple("Outputs", ["data_dir", "digest"])
+    return outputs(str(staged.snapshot), staged.digest)
+
+
+def list_dataset_step(
+    data_uri: str,
+    endpoint_url: str,
+    dataset: Output[Dataset],
+) -> NamedTuple("Outputs", [("digest", str)]):
+    """List data_uri in S3 and check its train/ and val/ splits; nothing is downloaded.
+
+    Every training node stages the data itself (object-store storage); the digest is the
+    training step's caching key and what every node must find when it stages.
+
+    Args:
+        data_uri: s3://bucket/prefix of the ImageFolder (train/ and val/ class folders).
+        endpoint_url: S3 endpoint (MinIO, Ceph...); empty for AWS or AWS_ENDPOINT_URL_S3.
+
+    Returns:
+        dataset: metadata only: the source, files, bytes, classes and the digest.
+        digest: the digest of the listing (keys, sizes, ETags).
+    """
+    from collections import namedtuple
+
+    from pipelines.dataset import inspect_dataset
+
+    listed = inspect_dataset(data_uri, endpoint_url=endpoint_url or None)
+    dataset.metadata.update(listed.metadata())
+    print(f"data: {listed.summary()}")
+    return namedtuple("Outputs", ["digest"])(listed.digest)
+
+
+def publish_model_step(
+    model: Input[Model],
+    report: Input[HTML],
+    publish_uri: str,
+    endpoint_url: str,
+    run_id: str,
+) -> str:
+    """Publish the model that passed the gate to publish_uri/<run id>/; returns that URI.
+
+    Uploaded: the model's files (weights.pt, model.json, metrics.jsonl, summary.json), the
+    evaluation as eval.json and its page as report.html. Every run publishes to its own prefix,
+    so nothing published earlier is ever overwritten.
+
+    Args:
+        model: the model to publish (the training step's model output).
+        report: the evaluation's report of that model (its metadata holds the evaluation).
+        publish_uri: s3://bucket/prefix; the model goes to publish_uri/<run id>/.
+        endpoint_url: S3 endpoint (MinIO, Ceph...); empty for AWS or AWS_ENDPOINT_URL_S3.
+        run_id: the KFP run id (dsl.PIPELINE_JOB_ID_PLACEHOLDER).
+
+    Returns:
+        Output: the destination, publish_uri/<run id>/.
+    """
+    from pipelines.publish import publish_model
+
+    return publish_model(
+        model.path,
+        report.path,
+        evaluation=report.metadata.get("eval"),
+        publish_uri=publish_uri,
+        run_id=run_id,
+        endpoint_url=endpoint_url or None,
+    )

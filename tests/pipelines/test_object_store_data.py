@@ -1,0 +1,120 @@
+"""Object-store storage, the data side: the data step's listing (same check and digest as a sync,
+nothing downloaded) against the test S3 server, and the nodes' stager refusing data that changed
+since the listing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components.s3_sync import sync
+from components.s3_sync.staging import DataChanged, stage
+from pipelines.dataset import (
+    DatasetLayoutError,
+    folder_layout,
+    inspect_dataset,
+    listing_layout,
+    stage_dataset,
+)
+from tests.image_data import write_image_folder
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch, tmp_path_factory):
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("sync-cache")))
+    return s3_server
+
+
+def upload(s3, folder: Path, name: str) -> str:
+    bucket = s3.create_bucket("object-store-data")
+    uri = f"s3://{bucket}/{name}"
+    sync(str(folder), uri)
+    return uri
+
+
+# -- the layout from a listing is the layout of the folder ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {},
+        {"val_per_class": None},  # no val/
+        {"classes": ("only",)},
+    ],
+)
+def test_a_listing_reads_like_its_folder(tmp_path: Path, layout):
+    folder = write_image_folder(tmp_path / "data", per_class=2, **layout)
+    (folder / "train" / "notes.txt").write_text("not an image")
+    (folder / "README").write_text("top-level file")
+    keys = [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()]
+    assert listing_layout(keys) == folder_layout(folder)
+
+
+def test_empty_class_folders_and_foreign_val_classes_are_named():
+    empty = listing_layout(["train/a/1.png", "train/b/notes.txt", "val/a/2.png"])
+    with pytest.raises(DatasetLayoutError, match=r"class folders without images: \['b'\]"):
+        empty.check("s3://b/d")
+    foreign = listing_layout(["train/a/1.png", "val/a/2.png", "val/z/3.png"])
+    with pytest.raises(DatasetLayoutError, match=r"val/ has classes that train/ lacks: \['z'\]"):
+        foreign.check("s3://b/d")
+    nothing = listing_layout([])
+    with pytest.raises(DatasetLayoutError, match="has no train/ folder"):
+        nothing.check("s3://b/d")
+
+
+# -- against the test S3 server -------------------------------------------------------------------
+
+
+def test_the_listing_has_the_digest_a_sync_finds_and_downloads_nothing(s3, tmp_path: Path):
+    uri = upload(s3, write_image_folder(tmp_path / "data", per_class=3), "cats")
+    listed = inspect_dataset(uri)
+    assert listed.files == 3 * (3 + 4) and listed.classes == 3
+    staged = stage_dataset(uri, tmp_path / "ws")  # the shared-volume data step, for comparison
+    assert listed.digest == staged.digest
+    assert listed.metadata()["digest"] == staged.digest
+
+
+def test_a_bad_layout_fails_the_listing_naming_the_uri(s3, tmp_path: Path):
+    uri = upload(s3, write_image_folder(tmp_path / "data", val_per_class=None), "no-val")
+    with pytest.raises(DatasetLayoutError, match=f"data_uri='{uri}' has no val/ folder"):
+        inspect_dataset(uri)
+
+
+def test_data_that_changed_since_the_listing_is_not_staged(s3, tmp_path: Path):
+    folder = write_image_folder(tmp_path / "data", per_class=3)
+    uri = upload(s3, folder, "changing")
+    listed = inspect_dataset(uri)
+    source = next((folder / "train" / "circle").iterdir())
+    (folder / "train" / "circle" / "extra.png").write_bytes(source.read_bytes())
+    sync(str(folder), uri)  # someone writes into the data set while the run goes on
+    root = tmp_path / "node-disk"
+    with pytest.raises(DataChanged, match="changed since the pipeline listed it"):
+        stage(uri, root, expect_digest=listed.digest)
+    assert {p.name for p in root.glob("*/*")} <= {"mirror", ".lock"}  # nothing frozen
+    # The node's stager exits 2 (permanent: a restart would find the same data) and runs nothing.
+    marker = tmp_path / "trained"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "components.s3_sync.stage",
+            *("--source", uri, "--root", str(root), "--expect-digest", listed.digest),
+            *("--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "changed since the pipeline listed it" in result.stderr and not marker.exists()
+    # The digest of what is there now stages fine.
+    assert stage(uri, root, expect_digest=inspect_dataset(uri).digest).snapshot.is_dir()
