@@ -45,7 +45,12 @@ def test_one_worker_is_a_lone_chief_running_the_users_program():
     assert c["name"] == "tensorflow"  # the operator adds TF_CONFIG to the container of this name
     assert c["image"] == PROGRAM["image"] and c["command"] == PROGRAM["command"]
     assert c["args"] == ["--epochs", "1"] and "env" not in c
-    assert m["spec"]["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running"}
+    # a finished job is garbage-collected after a week unless ttl_seconds_after_finished says
+    assert m["spec"]["runPolicy"] == {
+        "backoffLimit": 3,
+        "cleanPodPolicy": "Running",
+        "ttlSecondsAfterFinished": 7 * 24 * 3600,
+    }
     assert "nprocPerNode" not in m["spec"] and "elasticPolicy" not in m["spec"]
     assert m["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
     assert pod(m)["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
@@ -116,7 +121,9 @@ def test_gang_scheduling_counts_every_pod():
 def test_env_is_the_preset_then_the_users(preset):
     env = container(build_tfjob(tf_spec(nccl_preset=preset, env={"TF_CPP_MIN_LOG_LEVEL": "2"})))
     values = {e["name"]: e["value"] for e in env["env"]}
-    assert values == NCCL_PRESETS[preset] | {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    # the preset pins the pods' interface (network_interface, eth0 by default)
+    preset_env = {k: v.replace("{interface}", "eth0") for k, v in NCCL_PRESETS[preset].items()}
+    assert values == preset_env | {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def test_build_manifest_builds_a_tfjob_for_api_tfjob_and_refuses_what_it_cannot_express():

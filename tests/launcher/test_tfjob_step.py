@@ -16,7 +16,12 @@ import yaml
 from kfp import dsl
 
 from components.launcher import build_tfjob
-from components.launcher.step import TrainingStepInputs, run_training_step, training_spec
+from components.launcher.step import (
+    TrainingStepInputs,
+    run_folder,
+    run_training_step,
+    training_spec,
+)
 from tests.crds import schema_errors
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +65,8 @@ def test_the_pipelines_arguments_make_a_valid_tfjob_running_the_program():
         workspace_pvc="ws",
         namespace="team-a",
     )
-    spec = training_spec(TrainingStepInputs(**arguments), run_id="run-1")
+    inputs = TrainingStepInputs(**arguments)
+    spec = training_spec(inputs, run_id="run-1")
     manifest = build_tfjob(spec)
     assert schema_errors("tfjob", manifest) == []
     chief = manifest["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]
@@ -71,11 +77,13 @@ def test_the_pipelines_arguments_make_a_valid_tfjob_running_the_program():
         "--data-dir",
         "/workspace/tf-example/data",
         "--output-dir",
-        "/workspace/tf-example/e2-w3-r",
+        # output_dir/<settings>/<data digest>, as for every program the step launches
+        run_folder(inputs),
         "--epochs",
         "2",
         "--synthetic",
     ]
+    assert run_folder(inputs).startswith("/workspace/tf-example/e2-w3-r/")
     assert {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"} in container["env"]
     assert {"mountPath": "/workspace", "name": "pvc-0"} in container["volumeMounts"]
     assert manifest["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 2

@@ -76,10 +76,14 @@ def test_shared_volume_gate_passes_and_the_model_is_published(dataset_uri, s3_se
 def test_gate_fails_and_nothing_is_published(dataset_uri, s3_server, tmp_path):
     # An accuracy of 1.0 on noisy data after one epoch is not reachable: the gate must hold.
     publish = f"{dataset_uri.rsplit('/', 1)[0]}/models-failed"
-    run = run_local(_arguments(dataset_uri, s3_server, 1.0, publish), workspace=tmp_path / "ws")
+    # checkpoints elsewhere (by default they go under <publish_uri>/training/)
+    checkpoints = f"{dataset_uri.rsplit('/', 1)[0]}/checkpoints-failed"
+    arguments = _arguments(dataset_uri, s3_server, 1.0, publish) | {"checkpoint_uri": checkpoints}
+    run = run_local(arguments, workspace=tmp_path / "ws")
     assert run.passed is False
     assert run.published_uri is None
     assert _published(s3_server, publish + "/") == []
+    assert any(k.endswith("/COMPLETE") for k in _keys(s3_server, checkpoints))
 
 
 def _keys(s3_server, uri: str) -> list[str]:
