@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 
 import pytest
@@ -24,3 +26,24 @@ def s3_server():
 
     with LocalS3Server() as server:
         yield server
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch, tmp_path_factory):
+    """The standard AWS env vars point at ``s3_server`` and nothing else leaks in (inherited by
+    the processes a test starts)."""
+    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("s3sync-cache")))
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    return s3_server
+
+
+@pytest.fixture
+def bucket(s3_env, request) -> str:
+    """A fresh bucket on ``s3_server``, named after the test."""
+    name = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:45]
+    return s3_env.create_bucket(f"t-{name}-{time.monotonic_ns() % 100000}".strip("-"))

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import re
-import time
-
 import pytest
 import torch
 
@@ -50,23 +47,3 @@ def small_disk(tmp_path):
     yield mount
     for point in mounted:
         subprocess.run(["umount", "-l", str(point)], capture_output=True, timeout=30)
-
-
-@pytest.fixture
-def s3_env(s3_server, monkeypatch, tmp_path_factory):
-    """The standard AWS env vars point at ``s3_server`` (inherited by the trainers started)."""
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("s3sync-cache")))
-    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN", "AWS_REGION"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
-    return s3_server
-
-
-@pytest.fixture
-def bucket(s3_env, request) -> str:
-    """A fresh bucket, named after the test."""
-    name = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40]
-    return s3_env.create_bucket(f"m-{name}-{time.monotonic_ns() % 100000}".strip("-"))
