@@ -14,11 +14,12 @@ Printed per round: each run's training time (the trainer's ``train_time_s``, whi
 start-up and the final wait for the last upload) and the ratio mirrored / local; then the median
 ratio and, from the trainer's own log lines, the median seconds from a checkpoint's save to its
 marker being in S3 ("durable") and the upload time. The checkpoint interval is a parameter: the
-default here (50 steps) checkpoints 10x more often than the trainer's default (500), so the cost
+default here (25 steps) checkpoints 20x more often than the trainer's default (500), so the cost
 it shows is an upper bound for the default interval.
 
     python benchmarks/checkpoint_mirror.py
-    python benchmarks/checkpoint_mirror.py --model resnet50 --image-size 64 --steps 400 --every 100
+    python benchmarks/checkpoint_mirror.py --model resnet50 --image-size 224 --batch-size 256 \\
+        --steps 1500 --every 500   # the default interval, a ResNet-50's ~195 MiB state (a GPU node)
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def train(args: argparse.Namespace, out: Path, env: dict[str, str], uri: str | N
     command += ["--batch-size", str(args.batch_size), "--max-steps", str(args.steps)]
     command += ["--synthetic-size", str(args.batch_size * args.steps), "--epochs", "1"]
     command += ["--checkpoint-every-steps", str(args.every), "--keep-checkpoints", "2"]
-    command += ["--log-interval", "1000000"]
+    command += ["--log-interval", "1000000", "--num-classes", "10"]
     if uri:
         command += ["--checkpoint-uri", uri]
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -75,17 +76,24 @@ def train(args: argparse.Namespace, out: Path, env: dict[str, str], uri: str | N
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--model", default="mobilenet_v3_small")
     parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--every", type=int, default=50, help="--checkpoint-every-steps")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--every", type=int, default=25, help="--checkpoint-every-steps")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="OMP_NUM_THREADS of the trainer (1: on a shared CPU spinning OpenMP threads make a "
+        "run up to ~50x slower and the ratio noise; 0: torch's default)",
+    )
     args = parser.parse_args()
     print(
         f"{args.model} {args.image_size}px batch {args.batch_size}, {args.steps} steps, a "
-        f"checkpoint every {args.every} steps, {args.rounds} rounds, torch threads "
-        f"{os.cpu_count()} CPUs"
+        f"checkpoint every {args.every} steps, {args.rounds} rounds, OMP_NUM_THREADS "
+        f"{args.threads or 'default'}, {os.cpu_count()} CPUs"
     )
     ratios: list[float] = []
     durable: list[float] = []
@@ -93,6 +101,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, LocalS3Server(data_dir=Path(tmp) / "s3") as s3:
         bucket = s3.create_bucket("bench-mirror")
         env = {**os.environ, **s3.env()}
+        if args.threads:
+            env["OMP_NUM_THREADS"] = str(args.threads)
         for round_ in range(args.rounds):
             order = ["local", "mirrored"] if round_ % 2 == 0 else ["mirrored", "local"]
             runs: dict[str, Run] = {}
