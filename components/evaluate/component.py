@@ -51,7 +51,8 @@ def evaluate_component(
             for AWS or the environment's AWS_ENDPOINT_URL_S3.
 
     Returns:
-        metrics: accuracy, top5, loss, num_samples and passed (1.0 or 0.0).
+        metrics: accuracy, top_k_accuracy (top-5, or top-k with fewer classes), loss, num_samples
+            and passed (1.0 or 0.0).
         confusion: the confusion matrix with the class names.
         report: the HTML page with the verdict, the training curves and the confusion heat map;
             its metadata holds the whole evaluation ("eval": the content of an eval.json),
