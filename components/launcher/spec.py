@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from components import DEFAULT_IMAGE
+from components.launcher import monitoring
 from components.launcher.names import (
     DNS1035,
     DNS1123_LABEL,
@@ -76,6 +77,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "nccl_preset": tuple(NCCL_PRESETS),
     "restart_policy": RESTART_POLICIES,
     "clean_pod_policy": CLEAN_POD_POLICIES,
+    "metrics_monitor": monitoring.MONITORS,
 }
 """Fields whose value must be one of a fixed set (the CLI shows them as choices)."""
 DEFAULT_COMMAND = ("python", "-m", "trainer.torchrun", "-m", "trainer.train")
@@ -332,6 +334,15 @@ class TrainSpec:
     )
     """Annotations KEY=VALUE on the job and its pods (added to the default, which keeps Istio
     sidecars out: they never exit)."""
+    metrics_port: int = 0
+    """Prometheus metrics of every trainer process (local rank k on PORT + k): the ports opened on
+    every pod, --metrics-port for our trainer, scrape annotations, a PodMonitor and a
+    PrometheusRule (hang and throughput alerts) beside the job; 0: off (see monitoring.py)."""
+    metrics_monitor: str = "podmonitor"
+    """How the Prometheus Operator finds the pods: podmonitor, or servicemonitor (a headless
+    Service + ServiceMonitor)."""
+    hang_alert_s: int = 900
+    """The hang alert fires when a rank completed no step for this many seconds."""
     run_id: str = ""
     """KFP run id: the run-id label, and with task_name the default name."""
     task_name: str = "train"
@@ -376,7 +387,7 @@ class TrainSpec:
         ours = self.command is None
         if ours and self.gpus_per_worker and self.trainer_flag("--device") is None:
             args += ["--device", "cuda"]
-        return args
+        return args + monitoring.trainer_flags(self)
 
     def merged_env(self) -> dict[str, str]:
         """NCCL preset (with the network interface) then ``env`` (user values win)."""
@@ -529,6 +540,8 @@ class TrainSpec:
         self._check_scheduling()
         self._check_policies()
         self._check_api_support()
+        for name, why in monitoring.spec_problems(self):
+            self._fail(name, why)
 
     def _check_identity(self) -> None:
         if not isinstance(self.name, str) or len(self.name) > 63 or not DNS1035.match(self.name):
