@@ -170,8 +170,13 @@ def scraped_run(tmp_path_factory) -> Iterator[ScrapedRun]:
     ports = [free_port(), free_port()]  # two "pods" on one machine: a port each
     (logs / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config(ports)))
     web = free_port()
-    spec = TrainSpec(api="pytorchjob", name=JOB, namespace="default", metrics_port=9400)
-    spec.hang_alert_s = HANG_ALERT_S
+    spec = TrainSpec(
+        api="pytorchjob",
+        name=JOB,
+        namespace="default",
+        metrics_port=9400,
+        hang_alert_s=HANG_ALERT_S,
+    )
     (rule,) = [d for d in monitoring_documents(spec) if d["kind"] == "PrometheusRule"]
     (hang,) = [r for r in rule["spec"]["groups"][0]["rules"] if r["alert"] == "KfpDdpTrainingHung"]
     processes = []
