@@ -41,7 +41,7 @@ from trainer.loop_state import LogWindow, LoopState
 from trainer.metrics import metrics_recorder
 from trainer.resume import check_compatible, load_resume_state, restore
 from trainer.run_log import RunLog, duration
-from trainer.tensorboard_log import tensorboard_log
+from trainer.tensorboard_log import NO_TENSORBOARD, NoTensorBoard, tensorboard_log
 from trainer.validation import Validator, replicas_in_sync
 
 if TYPE_CHECKING:  # imported only with --checkpoint-uri: they bring the S3 sync
@@ -80,9 +80,8 @@ class Trainer:
             config.metrics_port, env=env, job=config.metrics_job_label, device=device
         )
         self.metrics.watch_checkpoints(self.checkpointer)
-        self.tensorboard = tensorboard_log(
-            config.tensorboard_path, is_main=env.is_main, device=device, log=self.log
-        )
+        self.tensorboard: NoTensorBoard = NO_TENSORBOARD
+        """Opened when training begins: a refused config or a finished run writes no file."""
         self.mirror: CheckpointMirror | None = None
         """Rank 0's upload of checkpoints to --checkpoint-uri (set up by resume())."""
         # Set by setup():
@@ -213,7 +212,7 @@ class Trainer:
         return isinstance(written, dict) and written.get("steps") == step and model_json.is_file()
 
     def begin_loop(self) -> None:
-        """Metrics file, the first log line, the progress bar and the clocks."""
+        """Metrics file, the first log line, the progress bar, TensorBoard and the clocks."""
         cfg, env, plan, state = self.cfg, self.env, self.plan, self.state
         self.log.reset_metrics(state.resumed_from)
         resuming = ""
@@ -229,6 +228,9 @@ class Trainer:
             f"{plan.total_steps} steps" + resuming
         )
         self.log.open_bar(total=plan.total_steps, initial=state.step)
+        self.tensorboard = tensorboard_log(
+            cfg.tensorboard_path, is_main=env.is_main, device=self.device, log=self.log
+        )
         state.first_step = state.step
         state.loop_started = state.mark = time.perf_counter()
         state.window = LogWindow.open(state.paused_s, self.device)
