@@ -88,13 +88,9 @@ def spec_problems(spec: TrainSpec) -> list[tuple[str, str]]:
                 "training controllers: use another port, e.g. 9400",
             )
         ]
-    problems = []
     if spec.command is None and spec.trainer_flag("--metrics-port") is not None:
-        problems.append(
-            ("args", "set metrics_port instead of --metrics-port in args: the launcher passes it")
-        )
-    # (The Service <name>-metrics fits in 63 characters: pod hostnames already bound the name.)
-    return problems
+        return [("args", "set metrics_port, not --metrics-port in args: the launcher passes it")]
+    return []  # (the Service <name>-metrics fits in 63 characters: pod hostnames bound the name)
 
 
 def trainer_flags(spec: TrainSpec) -> list[str]:
