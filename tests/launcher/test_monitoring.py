@@ -120,7 +120,10 @@ def test_without_metrics_port_nothing_changes():
         ({"metrics_port": 80}, "use a port from 1024"),
         ({"metrics_port": 65535, "nproc_per_node": 2}, "65535..65536"),
         ({"metrics_port": 29499, "nproc_per_node": 2}, "rendezvous port 29500"),
-        ({"metrics_port": 9400, "args": ["--metrics-port", "9"]}, "set metrics_port, not --metrics-port"),
+        (
+            {"metrics_port": 9400, "args": ["--metrics-port", "9"]},
+            "set metrics_port, not --metrics-port",
+        ),
         ({"metrics_port": 9400, "metrics_monitor": "prometheus"}, "podmonitor, servicemonitor"),
         ({"hang_alert_s": 0}, "hang_alert_s"),
     ],
