@@ -85,7 +85,11 @@ def train(args: argparse.Namespace, out: Path, *, metrics: bool) -> Measured:
         command += ["--metrics-port", str(port), "--metrics-job", "bench"]
         scraper = Scraper(port)
         scraper.start()
-    env = os.environ | {"PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = os.environ | {
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        # Few threads ride out other work on a shared machine (spinning OpenMP threads do not).
+        "OMP_NUM_THREADS": str(args.threads),
+    }
     try:
         result = subprocess.run(
             command, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout
@@ -116,8 +120,9 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=50, help="steps per window; one untimed")
-    parser.add_argument("--steps", type=int, default=400, help="timed steps per run")
+    parser.add_argument("--steps", type=int, default=300, help="timed steps per run")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the trainer")
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args()
     args.steps = max(args.warmup, args.steps // args.warmup * args.warmup)
