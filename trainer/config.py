@@ -152,8 +152,8 @@ class TrainConfig:
     images/s, data wait, seconds since the last step (for hang alerts), ...; 0: off (then
     prometheus_client is not imported)."""
     metrics_job: str = ""
-    """The job label of the metrics (the launcher sets the training job's name); '': the output
-    folder's name."""
+    """The job label of the metrics; the launcher sets the training job's name (default: the
+    output folder's name)."""
     tensorboard_dir: str | None = None
     """Folder of TensorBoard event files, written by rank 0 (default: OUTPUT_DIR/tensorboard,
     uploaded with --output-uri); none: no event files."""
