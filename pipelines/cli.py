@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from components import DEFAULT_IMAGE
 from pipelines.cli_arguments import checked_arguments, parse_parameters, pipeline_inputs
@@ -421,21 +420,34 @@ def schedule_command(
     show_default=True,
     help="The data step's digest (part of the data folder and the trainer's --output-dir).",
 )
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="The metrics_port parameter (same as -p metrics_port=PORT): also print the job's "
+    "PodMonitor and PrometheusRule.",
+)
 @_storage_option
 @_param_option
-def render_command(run_id: str, data_digest: str, storage: str, params: tuple[str, ...]) -> None:
+def render_command(
+    run_id: str, data_digest: str, metrics_port: int | None, storage: str, params: tuple[str, ...]
+) -> None:
     """Print the TrainJob/PyTorchJob a run with these parameters would submit (no cluster access).
 
     It is built by the same function the training step uses, from the same inputs. With
     job_api=auto (the default) it prints the TrainJob; a cluster without Kubeflow Trainer v2 gets
-    the PyTorchJob (-p job_api=pytorchjob shows it).
+    the PyTorchJob (-p job_api=pytorchjob shows it). With metrics_port, the monitoring documents
+    the training step creates beside the job follow it (multi-document YAML).
     """
     from components.launcher import SpecError, build_manifest
+    from components.launcher.monitoring import render_yaml
     from components.launcher.step import TrainingStepInputs, training_spec
     from pipelines.training import WORKSPACE_MOUNT_PATH, planned_step_inputs
 
     inputs = pipeline_inputs(storage)
     arguments = default_arguments(inputs) | parse_parameters(params, inputs)
+    if metrics_port is not None:
+        arguments["metrics_port"] = metrics_port
     checked_arguments(arguments, storage=storage)
     arguments |= {"backend": "kubernetes", "workspace_path": WORKSPACE_MOUNT_PATH}
     arguments |= {"storage": storage}
@@ -453,7 +465,7 @@ def render_command(run_id: str, data_digest: str, storage: str, params: tuple[st
             "PyTorchJob of -p job_api=pytorchjob",
             err=True,
         )
-    click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
+    click.echo(render_yaml(manifest, spec), nl=False)
 
 
 def _utc_stamp() -> str:

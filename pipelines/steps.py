@@ -41,6 +41,7 @@ def check_arguments_step(
     image_size: int,
     checkpoint_interval: int,
     checkpoint_uri: str,
+    metrics_port: int,
     trainer_args: list,
     train_overrides: str,
     retrain_token: str,

@@ -122,6 +122,7 @@ def training_step_inputs(
         "lr": a["lr"],
         "image_size": a["image_size"],
         "checkpoint_every_steps": a["checkpoint_interval"],
+        "metrics_port": a["metrics_port"],
         "backend": a["backend"],
         "pvc_name": pvc_name if shared else "",
         "pvc_mount_path": workspace_path if shared else "",
@@ -336,6 +337,7 @@ def build_training_pipeline(
         image_size: int = 32,
         checkpoint_interval: int = 200,
         checkpoint_uri: str = "",
+        metrics_port: int = 0,
         trainer_args: list = [],  # noqa: B006 (a KFP parameter default, never mutated)
         train_overrides: str = "{}",
         retrain_token: str = "",
@@ -373,6 +375,9 @@ def build_training_pipeline(
                 new pod, on any node, resumes from there) and, with object-store storage,
                 uploads the model; empty: publish_uri/training with object-store storage, no
                 mirror with shared-volume storage.
+            metrics_port: Prometheus metrics port of every trainer process (local rank k
+                on metrics_port + k) with a PodMonitor and hang/throughput alerts beside the
+                job (see README, Monitoring); 0: off.
             trainer_args: more trainer flags, e.g. ["--augment", "none"] (python -m
                 trainer.train --help lists them; the flags of the parameters above are refused).
             train_overrides: JSON object of more launcher settings (shm_size, nccl_preset,

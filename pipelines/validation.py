@@ -31,6 +31,8 @@ SET_BY_PIPELINE = {
     "--checkpoint-uri": "set the pipeline parameter checkpoint_uri instead",
     "--output-uri": "the pipeline uploads the model under checkpoint_uri",
     "--device": "gpus_per_worker decides it (cuda with GPUs, else cpu)",
+    "--metrics-port": "set the pipeline parameter metrics_port instead",
+    "--metrics-job": "the launcher sets it to the job's name (with metrics_port)",
 }
 SPEC_PARAMETER = {
     "workers": "workers",
@@ -41,6 +43,7 @@ SPEC_PARAMETER = {
     "cpu_request": "cpu_per_worker",
     "memory_request": "memory_per_worker",
     "api": "job_api",
+    "metrics_port": "metrics_port",
 }
 """TrainSpec fields set from pipeline parameters; any other field comes from train_overrides."""
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -79,6 +79,8 @@ class Checkpointer:
         self._in_flight: tuple[_Write, Future] | None = None
         self.failure: StorageError | None = None
         """The first write that failed (rank 0); no checkpoint is written after it."""
+        self.last_write_s: float | None = None
+        """Seconds the newest completed write took (set on the writer thread; for metrics)."""
         self.on_written: Callable[[int, Path, float], None] | None = None
         """Called on the writer thread with (step, folder, saved_at) after each complete write;
         must not block (saved_at: ``time.monotonic()`` at :meth:`save`)."""
@@ -177,6 +179,7 @@ class Checkpointer:
         except Exception as err:
             raise checkpoint_write_failure(self.root, job.step, job.nbytes, self.keep, err) from err
         written = _Written(folder=folder, write_s=time.perf_counter() - began)
+        self.last_write_s = written.write_s
         if self.on_written is not None:
             self.on_written(job.step, folder, job.saved_at)
         return written

@@ -147,11 +147,25 @@ class TrainConfig:
     """s3://bucket/prefix: at the end rank 0 uploads the model, metrics.jsonl, the TensorBoard
     files and, last, summary.json there (for nodes that share no volume with whoever reads the
     model). Endpoint and keys from the standard AWS environment."""
+    metrics_port: int = 0
+    """Serve Prometheus metrics over HTTP on this port (local rank k on PORT + k): step, loss,
+    images/s, data wait, seconds since the last step (for hang alerts), ...; 0: off (then
+    prometheus_client is not imported)."""
+    metrics_job: str = ""
+    """The job label of the metrics; the launcher sets the training job's name (default: the
+    output folder's name)."""
+    tensorboard_dir: str | None = None
+    """Folder of TensorBoard event files, written by rank 0 (default: OUTPUT_DIR/tensorboard,
+    uploaded with --output-uri); none: no event files."""
 
     def __post_init__(self) -> None:
         _coerce_types(self)
         if self.checkpoint_dir is None:
             self.checkpoint_dir = self.output_dir / "checkpoints"
+        if self.tensorboard_dir is None:
+            self.tensorboard_dir = str(self.output_dir / "tensorboard")
+        elif self.tensorboard_dir.strip().lower() in ("", "none"):
+            self.tensorboard_dir = "none"
         if self.synthetic == (self.data_dir is not None):
             raise ConfigError(
                 f"--data-dir {self.data_dir} / --synthetic {self.synthetic}: give exactly one, "
@@ -167,6 +181,18 @@ class TrainConfig:
         _check_model_and_paths(self)
         _check_checkpoint_uri(self)
         _check_output_uri(self)
+
+    @property
+    def tensorboard_path(self) -> Path | None:
+        """Where rank 0 writes TensorBoard event files (None: switched off)."""
+        if self.tensorboard_dir in (None, "none"):
+            return None
+        return Path(self.tensorboard_dir)
+
+    @property
+    def metrics_job_label(self) -> str:
+        """The ``job`` label of the metrics: --metrics-job, else the output folder's name."""
+        return self.metrics_job or self.output_dir.resolve().name
 
     @property
     def base_lr(self) -> float:
@@ -243,6 +269,7 @@ def _check_counts(cfg: TrainConfig) -> None:
 
 
 def _check_ranges(cfg: TrainConfig) -> None:
+    _in_range(cfg, "metrics_port", 0, 65535, "0 (off) or a TCP port in 1..65535")
     _in_range(cfg, "lr", 0.0, None, "a positive number", open_low=True)
     _in_range(cfg, "weight_decay", 0.0, None, "a number >= 0")
     _in_range(cfg, "momentum", 0.0, 1.0, "a number in [0, 1)", open_high=True)

@@ -38,8 +38,10 @@ from trainer.distributed import DistEnv, StopRequest, agree, set_collective_time
 from trainer.errors import EXIT_OK, EXIT_SIGTERM, StorageError
 from trainer.export import save_model
 from trainer.loop_state import LogWindow, LoopState
+from trainer.metrics import metrics_recorder
 from trainer.resume import check_compatible, load_resume_state, restore
 from trainer.run_log import RunLog, duration
+from trainer.tensorboard_log import NO_TENSORBOARD, NoTensorBoard, tensorboard_log
 from trainer.validation import Validator, replicas_in_sync
 
 if TYPE_CHECKING:  # imported only with --checkpoint-uri: they bring the S3 sync
@@ -72,6 +74,14 @@ class Trainer:
             device=device,
         )
         self.state = LoopState()
+        # Prometheus metrics (every rank, --metrics-port) and TensorBoard files (rank 0): no-op
+        # recorders when switched off.
+        self.metrics = metrics_recorder(
+            config.metrics_port, env=env, job=config.metrics_job_label, device=device
+        )
+        self.metrics.watch_checkpoints(self.checkpointer)
+        self.tensorboard: NoTensorBoard = NO_TENSORBOARD
+        """Opened when training begins: a refused config or a finished run writes no file."""
         self.mirror: CheckpointMirror | None = None
         """Rank 0's upload of checkpoints to --checkpoint-uri (set up by resume())."""
         # Set by setup():
@@ -87,6 +97,8 @@ class Trainer:
             return self._run()
         finally:
             self.checkpointer.close()  # a write in flight completes on every exit path
+            self.tensorboard.close()
+            self.metrics.close()
             if self.mirror is not None:
                 self.mirror.close(self.cfg.checkpoint_upload_timeout_s)
 
@@ -98,6 +110,7 @@ class Trainer:
         self.begin_loop()
         while state.step < plan.total_steps and not state.stopped:
             for images, labels in self.inputs.data.epoch(state.epoch, state.position):
+                self.batch_arrived()
                 self.after_step(self.train_step(images, labels))
                 if state.stopped or state.step >= plan.total_steps:
                     break
@@ -199,7 +212,7 @@ class Trainer:
         return isinstance(written, dict) and written.get("steps") == step and model_json.is_file()
 
     def begin_loop(self) -> None:
-        """Metrics file, the first log line, the progress bar and the clocks."""
+        """Metrics file, the first log line, the progress bar, TensorBoard and the clocks."""
         cfg, env, plan, state = self.cfg, self.env, self.plan, self.state
         self.log.reset_metrics(state.resumed_from)
         resuming = ""
@@ -215,9 +228,19 @@ class Trainer:
             f"{plan.total_steps} steps" + resuming
         )
         self.log.open_bar(total=plan.total_steps, initial=state.step)
+        self.tensorboard = tensorboard_log(
+            cfg.tensorboard_path, is_main=env.is_main, device=self.device, log=self.log
+        )
         state.first_step = state.step
-        state.loop_started = time.perf_counter()
+        state.loop_started = state.mark = time.perf_counter()
         state.window = LogWindow.open(state.paused_s, self.device)
+        self.metrics.loop_started(
+            step=state.step,
+            epoch=state.epoch,
+            total_steps=plan.total_steps,
+            restarts=state.restarts,
+            resumed_from=state.resumed_from,
+        )
 
     # ----------------------------------------------------------------------------- one step
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -241,12 +264,26 @@ class Trainer:
         step, epoch = self.state.step, self.state.epoch
         torch.manual_seed(derive_seed(self.cfg.seed, "step", epoch, step, self.env.rank))
 
+    def batch_arrived(self) -> None:
+        """The next batch is here: the time since the last step was spent waiting for data."""
+        state = self.state
+        now = time.perf_counter()
+        waited, state.mark = now - state.mark, now
+        state.window.data_wait_s += waited  # type: ignore[union-attr]
+        self.metrics.batch_ready(waited)
+
     def after_step(self, loss: torch.Tensor) -> None:
         """Count the step; log, validate, check for a stop and checkpoint when it is time."""
         state, plan, cfg = self.state, self.plan, self.cfg
         state.step += 1
         state.position += 1
         state.window.add(loss)  # type: ignore[union-attr]
+        now = time.perf_counter()
+        computed, state.mark = now - state.mark, now
+        state.window.compute_s += computed  # type: ignore[union-attr]
+        self.metrics.step_done(
+            step=state.step, epoch=state.epoch, images=cfg.batch_size, compute_s=computed
+        )
         if state.step == state.first_step + 1:
             self._after_first_step()
         self.log.advance_bar()
@@ -315,6 +352,16 @@ class Trainer:
         eta = (plan.total_steps - state.step) * seconds / window.steps
         lr = self.parts.optimizer.param_groups[0]["lr"]
         state.history["train_loss"] = mean_loss
+        self.metrics.window_logged(loss=mean_loss, lr=lr, images_per_sec=images_per_sec)
+        self.tensorboard.window(
+            step=state.step,
+            epoch=state.epoch,
+            loss=mean_loss,
+            lr=lr,
+            images_per_sec=images_per_sec,
+            data_wait_s=window.data_wait_s / window.steps,
+            compute_s=window.compute_s / window.steps,
+        )
         self.log.record(
             {
                 "type": "train",
@@ -338,10 +385,11 @@ class Trainer:
         began = time.perf_counter()
         val_loss, val_accuracy = self.validator(self.parts.model)
         state.last_validated = state.step
-        state.paused_s += time.perf_counter() - began
+        self._paused(time.perf_counter() - began, checkpoint=False)
         if val_loss is None or val_accuracy is None:
             return
         state.history.update(val_loss=val_loss, val_accuracy=val_accuracy)
+        self.tensorboard.validation(step=state.step, loss=val_loss, accuracy=val_accuracy)
         self.log.record(
             {
                 "type": "val",
@@ -361,7 +409,15 @@ class Trainer:
         began = time.perf_counter()
         self.checkpointer.save(state.step, self.checkpoint_state, reason)
         state.last_saved = state.step
-        state.paused_s += time.perf_counter() - began
+        stall = time.perf_counter() - began
+        self._paused(stall, checkpoint=True)
+        self.tensorboard.checkpoint(step=state.step, stall_s=stall)
+
+    def _paused(self, seconds: float, *, checkpoint: bool) -> None:
+        """Validation or a checkpoint held the loop: not training time, nor data wait."""
+        self.state.paused_s += seconds
+        self.state.mark = time.perf_counter()
+        self.metrics.paused(seconds=seconds, checkpoint=checkpoint)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Everything a restarted run needs, as plain types and tensors."""

@@ -19,6 +19,10 @@ class LogWindow:
     loss_sum: torch.Tensor
     """Summed on the device: reading it every step would synchronise the GPU."""
     steps: int = 0
+    data_wait_s: float = 0.0
+    """Seconds the loop waited for the window's batches."""
+    compute_s: float = 0.0
+    """Seconds from each batch to the end of its step (host time)."""
 
     @classmethod
     def open(cls, paused_s: float, device: torch.device) -> LogWindow:
@@ -60,3 +64,5 @@ class LoopState:
     stopped: bool = False
     """A SIGTERM reached some rank: checkpoint, then exit to be retried."""
     window: LogWindow | None = None
+    mark: float = 0.0
+    """perf_counter() at the last step boundary: what splits a step into data wait and compute."""

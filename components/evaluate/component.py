@@ -54,7 +54,8 @@ def evaluate_component(
         metrics: accuracy, top_k_accuracy (top-5, or top-k with fewer classes), loss, num_samples
             and passed (1.0 or 0.0).
         confusion: the confusion matrix with the class names.
-        report: the HTML page with the verdict, the training curves and the confusion heat map;
+        report: the HTML page with the verdict, the training curves, where the TensorBoard
+            files are (the model's "tensorboard" metadata) and the confusion heat map;
             its metadata holds the whole evaluation ("eval": the content of an eval.json),
             passed and reason.
         Output: whether the model passed: accuracy >= threshold and within tolerance of the
@@ -72,6 +73,7 @@ def evaluate_component(
         confusion=confusion,
         report=report,
         endpoint_url=endpoint_url,
+        tensorboard=str(model.metadata.get("tensorboard") or ""),  # set by the training step
     )
 
 

@@ -368,12 +368,14 @@ def run_evaluation(
     tolerance: float = 0.01,
     metrics_jsonl: str | os.PathLike | None = None,
     endpoint_url: str | None = None,
+    tensorboard: str = "",
     **options: Any,
 ) -> EvalResult:
     """The pipeline step: load the baseline, :func:`evaluate`, and write the HTML report.
 
     ``metrics_jsonl`` defaults to ``model_dir/metrics.jsonl`` (the training curves; the page
-    renders without them when the file is missing). ``options`` go to :func:`evaluate`.
+    renders without them when the file is missing); ``tensorboard`` is the folder or S3 URI of
+    the training's TensorBoard files, named on the page. ``options`` go to :func:`evaluate`.
     """
     from components.evaluate.report import write_report
 
@@ -388,7 +390,7 @@ def run_evaluation(
     )
     if metrics_jsonl is None:
         metrics_jsonl = Path(model_dir) / "metrics.jsonl"
-    write_report(result, report_path, metrics_jsonl=metrics_jsonl)
+    write_report(result, report_path, metrics_jsonl=metrics_jsonl, tensorboard=tensorboard)
     return result
 
 
@@ -403,6 +405,7 @@ def evaluate_into_artifacts(
     confusion: Any,
     report: Any,
     endpoint_url: str = "",
+    tensorboard: str = "",
 ) -> bool:
     """The KFP step on KFP's artifact objects (duck-typed, so this module needs no kfp):
     :func:`run_evaluation` writes ``report.path``; the numbers go into the artifacts' metadata.
@@ -423,6 +426,7 @@ def evaluate_into_artifacts(
             tolerance=tolerance,
             metrics_jsonl=Path(model_dir) / "metrics.jsonl",
             endpoint_url=endpoint_url or None,
+            tensorboard=tensorboard,
         )
     return _fill_artifacts(result, metrics, confusion, report)
 

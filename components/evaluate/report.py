@@ -181,8 +181,12 @@ def render_report(
     *,
     metrics_jsonl: str | os.PathLike | None = None,
     title: str | None = None,
+    tensorboard: str = "",
 ) -> str:
-    """The report page as one HTML string (every interpolated text escaped)."""
+    """The report page as one HTML string (every interpolated text escaped).
+
+    ``tensorboard``: the folder or S3 URI of the training's TensorBoard files ('' leaves the
+    section out)."""
     curves = read_training_curves(metrics_jsonl)
     verdict = "PASSED" if result.passed else "FAILED"
     title = title or f"Evaluation of {result.arch or 'model'} on {result.split}/"
@@ -236,6 +240,7 @@ def render_report(
 </table>
 <h2>Training curves</h2>
 {curves_html}
+{tensorboard_html(tensorboard)}
 <h2>Confusion matrix</h2>
 <img alt="confusion matrix" src="{confusion_uri}">
 <h2>Per class</h2>
@@ -248,16 +253,31 @@ def render_report(
 """
 
 
+def tensorboard_html(location: str) -> str:
+    """Where the TensorBoard files are, and how to look at them ('' without a location)."""
+    if not location:
+        return ""
+    return (
+        "<h2>TensorBoard</h2>\n"
+        "<p class='tensorboard'>The training's TensorBoard files (loss, learning rate, images/s, "
+        f"data wait, validation by step): <code>{escape(location)}</code>. Look at them with "
+        f"<code>tensorboard --logdir {escape(location)}</code>, or create a Kubeflow "
+        "<code>Tensorboard</code> resource pointing at it (README, Monitoring).</p>"
+    )
+
+
 def write_report(
     result: EvalResult,
     path: str | os.PathLike,
     *,
     metrics_jsonl: str | os.PathLike | None = None,
     title: str | None = None,
+    tensorboard: str = "",
 ) -> Path:
     """Render the report and write it to ``path`` atomically."""
     from kfp_ddp.atomic_files import write_text_atomic
 
     path = Path(path)
-    write_text_atomic(path, render_report(result, metrics_jsonl=metrics_jsonl, title=title))
+    page = render_report(result, metrics_jsonl=metrics_jsonl, title=title, tensorboard=tensorboard)
+    write_text_atomic(path, page)
     return path

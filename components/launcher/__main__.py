@@ -16,7 +16,6 @@ import sys
 from typing import Any
 
 import click
-import yaml
 
 from components.launcher.cli_flags import dataclass_options, flag_of, values_to_fields
 from components.launcher.spec import CHOICES, SpecError, TrainSpec
@@ -58,8 +57,10 @@ def cli() -> None:
 @cli.command()
 @spec_options
 def render(**params: Any) -> None:
-    """Print the job's manifest as YAML (no cluster access; --api auto renders a TrainJob)."""
+    """Print the job's manifest as YAML (no cluster access; --api auto renders a TrainJob), then,
+    with --metrics-port, its PodMonitor (or Service + ServiceMonitor) and PrometheusRule."""
     from components.launcher.apis import build_manifest
+    from components.launcher.monitoring import render_yaml
 
     spec = build_spec(params)
     if spec.api == "auto":
@@ -72,7 +73,7 @@ def render(**params: Any) -> None:
         manifest = build_manifest(spec)
     except SpecError as exc:
         raise click.UsageError(with_flag(str(exc))) from exc
-    click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
+    click.echo(render_yaml(manifest, spec), nl=False)
 
 
 @cli.command()

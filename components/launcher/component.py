@@ -44,6 +44,7 @@ def training_job_component(
     lr: float = 0.0,
     image_size: int = 0,
     checkpoint_every_steps: int = 0,
+    metrics_port: int = 0,
     backend: str = "kubernetes",
     pvc_name: str = "",
     pvc_mount_path: str = "",
@@ -87,6 +88,9 @@ def training_job_component(
         lr: --lr; 0 keeps the trainer's default.
         image_size: --image-size; 0 keeps the trainer's default.
         checkpoint_every_steps: --checkpoint-every-steps; 0 keeps the trainer's default.
+        metrics_port: Prometheus metrics port of every trainer process (local rank k on
+            metrics_port + k), opened on every pod with a PodMonitor and hang/throughput
+            alerts beside the job; 0: off.
         backend: kubernetes, or local (processes, for development).
         pvc_name: claim mounted into every node; empty for none.
         pvc_mount_path: where that claim is mounted, the same path as in this step.
@@ -100,7 +104,8 @@ def training_job_component(
 
     Returns:
         model: the model folder: weights.pt, model.json, metrics.jsonl, summary.json; metadata:
-            arch, val_accuracy, data_digest, job_name, job_api, world_size, restarts.
+            arch, val_accuracy, data_digest, job_name, job_api, world_size, restarts,
+            tensorboard (the folder or S3 URI of the TensorBoard files).
         metrics: the training summary: val_accuracy, val_loss, final_train_loss, steps,
             epochs, world_size, wall_time_s, images_per_sec, job_duration_s, job_restarts...
     """

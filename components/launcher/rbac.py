@@ -1,7 +1,8 @@
 """The launcher's RBAC: a Role + RoleBinding granting exactly what the kubernetes backend calls.
 
 Built from ``backends.kubernetes.permissions`` (the list pre-flight checks), for every job API:
-the TrainJob, PyTorchJob and TFJob verbs, pods, pod logs, events and namespaced TrainingRuntimes. No
+the TrainJob, PyTorchJob and TFJob verbs, pods, pod logs, events, namespaced TrainingRuntimes, and
+creating the monitoring objects of ``metrics_port`` (Prometheus Operator kinds, a Service). No
 ClusterRole: SelfSubjectAccessReview is granted to every authenticated user already
 (system:basic-user), and a Kubeflow profile owner could not create one. ``rbac.yaml`` beside this
 file is the rendering for the defaults (kept equal by a test).
@@ -30,6 +31,8 @@ HEADER = """\
 #
 # No ClusterRole: SelfSubjectAccessReview (the pre-flight permission check) is allowed to every
 # authenticated user, and reading a ClusterTrainingRuntime is optional (skipped when forbidden).
+# With metrics_port the launcher creates a PodMonitor (or Service + ServiceMonitor) and a
+# PrometheusRule owned by the job: the garbage collector deletes them with it.
 """
 
 

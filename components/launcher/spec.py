@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from components import DEFAULT_IMAGE
+from components.launcher import monitoring
 from components.launcher.names import (
     ISTIO_INJECT,
     KUEUE_QUEUE_LABEL,
@@ -242,6 +243,15 @@ class TrainSpec(SpecChecks):
     )
     """Annotations KEY=VALUE on the job and its pods (added to the default, which keeps Istio
     sidecars out: they never exit)."""
+    metrics_port: int = 0
+    """Prometheus metrics of every trainer process (local rank k on PORT + k): the ports opened on
+    every pod, --metrics-port for our trainer, scrape annotations, a PodMonitor and a
+    PrometheusRule (hang and throughput alerts) beside the job; 0: off (see monitoring.py)."""
+    metrics_monitor: str = "podmonitor"
+    """How the Prometheus Operator finds the pods: podmonitor, or servicemonitor (a headless
+    Service + ServiceMonitor)."""
+    hang_alert_s: int = 900
+    """The hang alert fires when a rank completed no step for this many seconds."""
     run_id: str = ""
     """KFP run id: the run-id label, and with task_name the default name."""
     task_name: str = "train"
@@ -286,7 +296,7 @@ class TrainSpec(SpecChecks):
         ours = self.command is None
         if ours and self.gpus_per_worker and self.trainer_flag("--device") is None:
             args += ["--device", "cuda"]
-        return args
+        return args + monitoring.trainer_flags(self)
 
     def merged_env(self) -> dict[str, str]:
         """NCCL preset (with the network interface) then ``env`` (user values win)."""

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from components import DEFAULT_IMAGE
+from components.launcher import monitoring
 from components.launcher.names import (
     DNS1035,
     DNS1123_LABEL,
@@ -61,6 +62,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "nccl_preset": tuple(NCCL_PRESETS),
     "restart_policy": RESTART_POLICIES,
     "clean_pod_policy": CLEAN_POD_POLICIES,
+    "metrics_monitor": monitoring.MONITORS,
 }
 """Fields whose value must be one of a fixed set (the CLI shows them as choices)."""
 STAGE_ROOT = "/stage"
@@ -171,6 +173,8 @@ class SpecChecks:
         self._check_scheduling()
         self._check_policies()
         self._check_api_support()
+        for name, why in monitoring.spec_problems(self):
+            self._fail(name, why)
 
     def _check_identity(self) -> None:
         if not isinstance(self.name, str) or len(self.name) > 63 or not DNS1035.match(self.name):

@@ -115,6 +115,8 @@ class TrainingStepInputs:
     """--image-size (0 = the trainer's default)."""
     checkpoint_every_steps: int = 0
     """--checkpoint-every-steps (0 = the trainer's default)."""
+    metrics_port: int = 0
+    """Prometheus metrics port of every trainer process, with a PodMonitor and alerts (0: off)."""
     backend: str = "kubernetes"
     """kubernetes or local."""
     pvc_name: str = ""
@@ -273,6 +275,7 @@ def training_spec(inputs: TrainingStepInputs, *, run_id: str) -> TrainSpec:
         "cpu_request": inputs.cpu_request or None,
         "memory_request": inputs.memory_request or None,
         "args": trainer_args_for(inputs),
+        "metrics_port": inputs.metrics_port,
         "run_id": run_id,
         "task_name": inputs.task_name,
     }
@@ -333,6 +336,14 @@ def _trainer_outputs(inputs: TrainingStepInputs) -> Iterator[Path]:
         yield Path(tmp)
 
 
+def tensorboard_location(inputs: TrainingStepInputs) -> str:
+    """Where the trainer's TensorBoard files are: its output folder's ``tensorboard/`` on the
+    shared claim, or (no shared claim) their upload, ``<run output URI>/tensorboard``."""
+    if inputs.shared_output:
+        return f"{run_folder(inputs)}/tensorboard"
+    return f"{run_uri(inputs)}/output/tensorboard"
+
+
 def _fill_artifacts(result: JobResult, inputs: TrainingStepInputs, model: Any, metrics: Any):
     summary = result.summary or {}
     model_json = _read_json(Path(model.path) / "model.json")
@@ -345,6 +356,7 @@ def _fill_artifacts(result: JobResult, inputs: TrainingStepInputs, model: Any, m
             "job_api": result.api,
             "world_size": summary.get("world_size"),
             "restarts": result.restarts,
+            "tensorboard": tensorboard_location(inputs),
         }
     )
     for key_name in SUMMARY_METRICS:

@@ -15,7 +15,7 @@ from typing import Any
 from kubeflow.training import models as ktm
 from kubernetes import client as k8s
 
-from components.launcher import pod_parts
+from components.launcher import monitoring, pod_parts
 from components.launcher.names import DNS1035
 from components.launcher.spec import CLEAN_POD_POLICIES, RESTART_POLICIES, TrainSpec
 
@@ -48,6 +48,7 @@ def build_pod_template(spec: TrainSpec, container_name: str) -> k8s.V1PodTemplat
         resources=pod_parts.resources(spec),
         volume_mounts=mounts or None,
         security_context=pod_parts.security_context(spec),
+        ports=monitoring.container_ports(spec),
     )
     init = pod_parts.stage_init_container(spec)
     pod_spec = k8s.V1PodSpec(
@@ -65,7 +66,7 @@ def build_pod_template(spec: TrainSpec, container_name: str) -> k8s.V1PodTemplat
         termination_grace_period_seconds=spec.termination_grace_period_seconds,
     )
     metadata = k8s.V1ObjectMeta(
-        labels=spec.job_labels(), annotations=dict(spec.annotations) or None
+        labels=spec.job_labels(), annotations=monitoring.pod_annotations(spec)
     )
     return k8s.V1PodTemplateSpec(metadata=metadata, spec=pod_spec)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from kubeflow_trainer_api import models as tm
 
-from components.launcher import pod_parts
+from components.launcher import monitoring, pod_parts
 from components.launcher.spec import TrainSpec
 
 API_GROUP = "trainer.kubeflow.org"
@@ -94,7 +94,7 @@ def _pod_spec_patch(spec: TrainSpec) -> tm.TrainerV1alpha1PodSpecPatch:
 def _runtime_patch(spec: TrainSpec) -> tm.TrainerV1alpha1RuntimePatch:
     pod = tm.TrainerV1alpha1PodTemplatePatch(
         metadata=tm.IoK8sApimachineryPkgApisMetaV1ObjectMeta(
-            labels=spec.job_labels(), annotations=dict(spec.annotations) or None
+            labels=spec.job_labels(), annotations=monitoring.pod_annotations(spec)
         ),
         spec=_pod_spec_patch(spec),
     )

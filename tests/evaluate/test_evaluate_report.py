@@ -163,3 +163,11 @@ def test_evaluate_into_kfp_artifact_objects(tmp_path, colour_model, colour_data)
     assert report.metadata["eval"]["confusion_matrix"][2] == [1, 0, 1, 0, 0, 0]
     html = Path(report.path).read_text()
     assert html.count("<img") == 1  # the colour model folder has no metrics.jsonl
+
+
+def test_report_names_the_tensorboard_folder():
+    location = "s3://models/cats/training/resnet18-s32/ab12/output/tensorboard"
+    html = render_report(small_result(), tensorboard=location)
+    assert f"<code>{location}</code>" in html
+    assert f"<code>tensorboard --logdir {location}</code>" in html
+    assert "TensorBoard" not in render_report(small_result())  # no location: no section

@@ -4,9 +4,12 @@ Serves what the kubernetes backend calls, with real API JSON shapes, so the real
 client talks to it unchanged: API discovery of kubeflow.org/v1 and trainer.kubeflow.org/v1alpha1
 (each job kind served or not, per test), SelfSubjectAccessReview, namespace get,
 (Cluster)TrainingRuntime get, trainjobs, pytorchjobs and tfjobs create/get/list/watch/delete,
-pods get/list/watch, pod logs (with follow), events list. A created job is checked against the
-official CRD of its kind (strict, from ``../shared/reference``; HTTP 422 like the API server) —
-never against our own validation code.
+pods get/list/watch, pod logs (with follow), events list; Services and the Prometheus Operator's
+PodMonitors, ServiceMonitors and PrometheusRules create/get/list (``monitoring``: whether their
+CRDs are installed). A created job or monitoring object is checked against the official CRD of
+its kind (strict, from ``../shared/reference``; HTTP 422 like the API server) — never against our
+own validation code. Deleting a job deletes the objects whose ``ownerReferences`` name its uid,
+as Kubernetes' garbage collector does.
 Watches follow Kubernetes semantics: a watch without resourceVersion first replays the current
 objects as ADDED, then streams changes until ``timeoutSeconds``. The controller (Kubeflow Trainer
 or the Training Operator) is simulated by a scenario function the test passes: it runs in a thread
@@ -33,6 +36,13 @@ from tests.launcher.fake_controller import KINDS, Kind, Operator, now
 
 Scenario = Callable[["Operator"], None]
 PODS = "/api/v1/namespaces/(?P<ns>[^/]+)/pods"
+MONITORING = {
+    "podmonitors": "PodMonitor",
+    "servicemonitors": "ServiceMonitor",
+    "prometheusrules": "PrometheusRule",
+}
+OWNED = ("services", *MONITORING)
+"""Stores whose objects the garbage collector deletes with their owner job."""
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -81,6 +91,7 @@ class FakeKubeAPI:
         denied: set[tuple[str, str]] = frozenset(),
         namespaces: tuple[str, ...] = ("default", "ml"),
         namespace_forbidden: bool = False,
+        monitoring: bool = True,
     ):
         self.scenario = scenario
         self.served = {KINDS[name] for name in served}
@@ -90,9 +101,11 @@ class FakeKubeAPI:
         self.denied = set(denied)  # (verb, resource): SSAR says no, and job requests get 403
         self.namespaces = set(namespaces)
         self.namespace_forbidden = namespace_forbidden
+        self.monitoring = monitoring  # the Prometheus Operator's CRDs are installed
         self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {
             "pods": {},
             **{kind.plural: {} for kind in KINDS.values()},
+            **{store: {} for store in OWNED},
         }
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []
         self.logs: dict[tuple[str, str], list[str]] = {}
@@ -186,7 +199,20 @@ class FakeKubeAPI:
             ):
                 self.put("pods", copy.deepcopy(pod), "DELETED")
                 self.close_log(ns, pod["metadata"]["name"])
+        self._collect_garbage(job["metadata"]["uid"])
         return True
+
+    def _collect_garbage(self, owner_uid: str) -> None:
+        """Delete what the job owned (Kubernetes' garbage collector, background propagation)."""
+        for store in OWNED:
+            with self.cond:
+                owned = [
+                    o
+                    for o in self.objects[store].values()
+                    if owner_uid in {r.get("uid") for r in o["metadata"].get("ownerReferences", [])}
+                ]
+            for obj in owned:
+                self.put(store, copy.deepcopy(obj), "DELETED")
 
     def close_log(self, ns: str, pod: str) -> None:
         with self.cond:
@@ -255,7 +281,8 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         try:
-            for handler in (self._route_apis, self._route_jobs, self._route_core):
+            routes = (self._route_apis, self._route_jobs, self._route_owned, self._route_core)
+            for handler in routes:
                 if handler(method, url.path, query):
                     return None
             return self._send(404, _status(404, "NotFound", f"no route {method} {url.path}"))
@@ -317,6 +344,44 @@ class _Handler(BaseHTTPRequestHandler):
                     self._get(kind.plural, m["ns"], m["name"])
                 return True
         return False
+
+    def _route_owned(self, method: str, path: str, query: dict[str, str]) -> bool:
+        """Services and the Prometheus Operator's kinds: create (get, list)."""
+        api = self.server_api
+        services = r"/api/v1/namespaces/(?P<ns>[^/]+)/(?P<store>services)"
+        monitors = r"/apis/monitoring.coreos.com/v1/namespaces/(?P<ns>[^/]+)/(?P<store>[a-z]+)"
+        m = re.fullmatch(services, path) or re.fullmatch(monitors, path)
+        if m is None or (m["store"] not in OWNED):
+            return False
+        group = "" if m["store"] == "services" else "monitoring.coreos.com"
+        verb = "create" if method == "POST" else "list"
+        api.calls.add((group, m["store"], verb))
+        if group and not api.monitoring:
+            self._send(404, _status(404, "NotFound", "the server could not find the resource"))
+        elif (verb, m["store"]) in api.denied:
+            message = f'{m["store"]} is forbidden: cannot {verb} "{m["store"]}"'
+            self._send(403, _status(403, "Forbidden", message))
+        elif method == "POST":
+            self._create_owned(m["store"], m["ns"], self._body())
+        else:
+            self._list(m["store"], m["ns"], query, False, "List")
+        return True
+
+    def _create_owned(self, store: str, ns: str, obj: dict[str, Any]) -> None:
+        api = self.server_api
+        name = obj["metadata"]["name"]
+        if store in MONITORING:
+            errors = schema_errors(MONITORING[store].lower(), obj)  # the official CRD
+            if errors:
+                api.rejected.append(name)
+                return self._send(422, _status(422, "Invalid", "; ".join(errors)))
+        if api.get(store, ns, name) is not None:
+            return self._send(409, _status(409, "AlreadyExists", f'{store} "{name}" exists'))
+        api.created_manifests.append(copy.deepcopy(obj))
+        obj["metadata"] |= {"uid": str(uuid.uuid4()), "creationTimestamp": now()}
+        obj["metadata"]["namespace"] = ns
+        api.put(store, obj, "ADDED")
+        self._send(201, api.get(store, ns, name))
 
     def _route_core(self, method: str, path: str, query: dict[str, str]) -> bool:
         api = self.server_api

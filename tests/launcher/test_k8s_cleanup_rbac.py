@@ -88,9 +88,9 @@ def test_rbac_yaml_is_the_rendering_of_the_permissions():
 
 
 def test_the_backend_calls_exactly_what_rbac_grants(fake_api):
-    """Success, failure, re-attach, a namespaced runtime and cleanup, with every API (TrainJob,
-    PyTorchJob, TFJob), together use every granted verb and no other (discovery and the optional
-    reads aside)."""
+    """Success, failure, re-attach, a namespaced runtime, cleanup and the monitoring objects of
+    metrics_port, with every API (TrainJob, PyTorchJob, TFJob), together use every granted verb
+    and no other (discovery and the optional reads aside)."""
     used: set[tuple[str, str, str]] = set()
     for api in ALL_APIS:
         fake = fake_api(scenario=succeed(lines=1))
@@ -110,6 +110,10 @@ def test_the_backend_calls_exactly_what_rbac_grants(fake_api):
     fake = fake_api(scenario=succeed(lines=1), namespaced_runtimes=(("default", "mine"),))
     run(fake, spec("trainjob", runtime_kind="TrainingRuntime", runtime_name="mine"))
     used |= fake.calls
+    for monitor in ("podmonitor", "servicemonitor"):  # metrics_port: the monitoring objects
+        fake = fake_api(scenario=succeed(lines=1))
+        run(fake, spec("pytorchjob", metrics_port=9400, metrics_monitor=monitor))
+        used |= fake.calls
     optional = {
         ("", "namespaces", "get"),  # a 403 falls back to create's answer
         ("trainer.kubeflow.org", "clustertrainingruntimes", "get"),  # a 403 is only noted

@@ -60,17 +60,28 @@ def with_kubeconfig(params: list[str], path) -> list[str]:
 
 
 def rendered(*params: str, storage: str = DEFAULT_STORAGE) -> dict:
+    (job,) = rendered_documents(*params, storage=storage)
+    return job
+
+
+def rendered_documents(*params: str, storage: str = DEFAULT_STORAGE) -> list[dict]:
     args = ["render", "--run-id", RUN_ID, "--data-digest", DIGEST, "--storage", storage]
     args += [*PARAMS, *params]
     result = CliRunner().invoke(main, with_kubeconfig(args, "/nowhere/kubeconfig"))
     assert result.exit_code == 0, result.output
-    return yaml.safe_load(result.stdout)
+    return list(yaml.safe_load_all(result.stdout))
 
 
-def submitted(
-    fake_api, tmp_path, *params: str, served=("trainjob", "pytorchjob"), storage=DEFAULT_STORAGE
-):
+def submitted(fake_api, tmp_path, *params: str, **options) -> dict:
     """Run the training step against the stand-in; return the manifest it created."""
+    (job,) = submitted_documents(fake_api, tmp_path, *params, **options)
+    return job
+
+
+def submitted_documents(
+    fake_api, tmp_path, *params: str, served=("trainjob", "pytorchjob"), storage=DEFAULT_STORAGE
+) -> list[dict]:
+    """Run the training step against the stand-in; return everything it created."""
     fake = fake_api(scenario=succeed(workers=2, lines=1), served=served)
     pipeline = build_training_pipeline(storage=storage)
     pipeline_inputs = declared_inputs(json_format.MessageToDict(pipeline.pipeline_spec))
@@ -113,8 +124,7 @@ def submitted(
     # No trainer wrote a model: in the shared folder, or under the run's S3 output.
     with pytest.raises((FileNotFoundError, S3SyncError), match="lack|S3"):
         run_training_step(inputs, model=model, metrics=metrics)
-    (manifest,) = fake.created_manifests
-    return copy.deepcopy(manifest)
+    return copy.deepcopy(fake.created_manifests)
 
 
 @pytest.mark.parametrize("storage", STORAGE_MODES)
@@ -133,3 +143,16 @@ def test_auto_on_a_cluster_without_trainer_v2_submits_the_pytorchjob_render_show
     assert job["kind"] == "PyTorchJob"
     assert job == rendered("-p", "job_api=pytorchjob")
     assert rendered()["kind"] == "TrainJob"  # auto renders what a current Kubeflow runs
+
+
+def test_render_with_metrics_port_prints_what_the_step_creates(fake_api, tmp_path):
+    """The job, its PodMonitor and PrometheusRule: the same documents, in the same order (the
+    ownerReference to the job's uid is the cluster's part: the uid exists once the job does)."""
+    params = ("-p", "job_api=pytorchjob", "-p", "metrics_port=9400")
+    created = submitted_documents(fake_api, tmp_path, *params)
+    for document in created[1:]:
+        (owner,) = document["metadata"].pop("ownerReferences")
+        assert (owner["kind"], owner["name"]) == ("PyTorchJob", created[0]["metadata"]["name"])
+    printed = rendered_documents("-p", "job_api=pytorchjob", "--metrics-port", "9400")
+    assert [d["kind"] for d in printed] == ["PyTorchJob", "PodMonitor", "PrometheusRule"]
+    assert created == printed

@@ -12,6 +12,7 @@ from components.launcher.step import (
     TrainingStepInputs,
     run_folder,
     run_uri,
+    tensorboard_location,
     trainer_args_for,
     training_spec,
 )
@@ -89,3 +90,13 @@ def test_a_shared_volume_step_without_mirror_needs_no_secret():
 def test_unclear_storage_is_refused_naming_the_inputs(given, message):
     with pytest.raises(SpecError, match=message):
         training_spec(TrainingStepInputs(**given), run_id="r1")
+
+
+def test_metrics_port_reaches_the_spec_and_the_tensorboard_folder_is_named():
+    inputs = TrainingStepInputs(**OBJECT_STORE, metrics_port=9400)
+    spec = training_spec(inputs, run_id="r1")
+    assert spec.metrics_port == 9400
+    assert spec.container_args()[-4:] == ["--metrics-port", "9400", "--metrics-job", spec.name]
+    assert tensorboard_location(inputs) == f"{run_uri(inputs)}/output/tensorboard"
+    shared = TrainingStepInputs(data_dir="/workspace/data", output_dir="/workspace/train")
+    assert tensorboard_location(shared) == f"{run_folder(shared)}/tensorboard"

@@ -39,6 +39,7 @@ EXPECTED_PARAMETERS = {
     "lr": "NUMBER_DOUBLE",
     "image_size": "NUMBER_INTEGER",
     "checkpoint_interval": "NUMBER_INTEGER",
+    "metrics_port": "NUMBER_INTEGER",
     "checkpoint_uri": "STRING",
     "trainer_args": "LIST",
     "train_overrides": "STRING",

@@ -16,6 +16,15 @@ POD_PERMISSIONS: tuple[Permission, ...] = (
     ("", "pods/log", "get"),
     ("", "events", "list"),
 )
+MONITORING_PERMISSIONS: tuple[Permission, ...] = (
+    ("monitoring.coreos.com", "podmonitors", "create"),
+    ("monitoring.coreos.com", "servicemonitors", "create"),
+    ("monitoring.coreos.com", "prometheusrules", "create"),
+    ("", "services", "create"),
+)
+"""With metrics_port: the job's PodMonitor (or Service + ServiceMonitor) and PrometheusRule,
+owned by the job (the garbage collector deletes them with it, so no delete verb). Optional: a
+refusal is noted and the job trains on, so pre-flight does not require them."""
 RUNTIME_PERMISSION: Permission = ("trainer.kubeflow.org", "trainingruntimes", "get")
 """Pre-flight reads a namespaced TrainingRuntime (a ClusterTrainingRuntime is cluster-scoped: it
 is read when allowed and skipped with a note when not, since a Role cannot grant it)."""
@@ -34,8 +43,9 @@ def required_permissions(
 
 
 def granted_permissions() -> set[Permission]:
-    """Everything the launcher's Role grants: every job API, pods, logs, events, runtimes."""
-    granted = set(POD_PERMISSIONS) | {RUNTIME_PERMISSION}
+    """Everything the launcher's Role grants: every job API, pods, logs, events, runtimes, the
+    monitoring objects."""
+    granted = set(POD_PERMISSIONS) | {RUNTIME_PERMISSION} | set(MONITORING_PERMISSIONS)
     for api in JOB_APIS.values():
         granted |= set(job_permissions(api))
     return granted

@@ -19,6 +19,7 @@ from components.launcher.backends.common import ReplicaLogs, sigterm_event
 from components.launcher.backends.kubernetes.clients import Clients
 from components.launcher.backends.kubernetes.diagnosis import Diagnosis
 from components.launcher.backends.kubernetes.discovery import ApiChoice, choose_api
+from components.launcher.backends.kubernetes.monitors import create_monitors
 from components.launcher.backends.kubernetes.pods import PodFollower
 from components.launcher.backends.kubernetes.preflight import preflight
 from components.launcher.backends.kubernetes.submit import JobHandle
@@ -116,6 +117,9 @@ class _Follow:
         with sigterm_event(self.options.handle_sigterm) as cancelled:
             try:
                 self.reattached = self.job.create()
+                create_monitors(
+                    self.run_.clients, self.spec, self.api, self.job.created, self.logs.note
+                )
                 self.follower.start()
                 return self._loop(cancelled)
             except KeyboardInterrupt:

@@ -17,6 +17,9 @@ class JobHandle:
 
     def __init__(self, clients: Clients, api: JobApi, spec: TrainSpec, note: Callable[[str], None]):
         self.clients, self.api, self.spec, self.note = clients, api, spec, note
+        self.created: dict[str, Any] | None = None
+        """The job as the API returned it on create (or found it on re-attach): its uid owns
+        the monitoring objects."""
 
     @property
     def title(self) -> str:
@@ -29,7 +32,7 @@ class JobHandle:
         api, spec = self.api, self.spec
         manifest = api.build(spec)
         try:
-            self.clients.custom.create_namespaced_custom_object(
+            self.created = self.clients.custom.create_namespaced_custom_object(
                 api.group, api.version, spec.namespace, api.plural, manifest
             )
         except ApiException as exc:
@@ -52,6 +55,7 @@ class JobHandle:
     def _reattach(self) -> bool:
         spec = self.spec
         existing = self.get() or {}
+        self.created = existing or None
         theirs = (existing.get("metadata") or {}).get("labels") or {}
         ours = spec.job_labels()
         same = bool(spec.run_id) and all(

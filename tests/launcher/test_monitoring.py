@@ -1,0 +1,199 @@
+"""``metrics_port``: ports, scrape annotations, the PodMonitor / ServiceMonitor and PrometheusRule
+(valid against the official Prometheus Operator CRDs, strictly), render, and the kubernetes
+backend creating them owned by the job (deleted with it) against the stand-in API server."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from kubernetes import client as k8s
+
+from components.launcher import SpecError, build_manifest
+from components.launcher.__main__ import cli
+from components.launcher.monitoring import (
+    PORT_ANNOTATION,
+    SCRAPE_ANNOTATION,
+    hang_expression,
+    monitoring_documents,
+)
+from tests.crds import require_crd, schema_errors
+from tests.launcher.conftest import succeed
+from tests.launcher.test_k8s_backend import ALL_APIS, APIS, run, spec
+
+REPLICAS = {"pytorchjob": "pytorchReplicaSpecs", "tfjob": "tfReplicaSpecs"}
+
+
+def containers(manifest: dict) -> list[dict]:
+    """The training container of every replica (a TrainJob: its trainer)."""
+    if manifest["kind"] == "TrainJob":
+        return [manifest["spec"]["trainer"]]
+    replicas = manifest["spec"][REPLICAS[manifest["kind"].lower()]].values()
+    return [r["template"]["spec"]["containers"][0] for r in replicas]
+
+
+def pod_annotations(manifest: dict) -> list[dict]:
+    if manifest["kind"] == "TrainJob":
+        (patch,) = manifest["spec"]["runtimePatches"]
+        (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        return [node["template"]["spec"]["template"]["metadata"]["annotations"]]
+    replicas = manifest["spec"][REPLICAS[manifest["kind"].lower()]].values()
+    return [r["template"]["metadata"]["annotations"] for r in replicas]
+
+
+def assert_valid_service(document: dict) -> None:
+    """No CRD for a core Service: it must survive the kubernetes client's V1Service model."""
+    api = k8s.ApiClient()
+    model = api._ApiClient__deserialize(document, "V1Service")  # the client's own decoding
+    assert api.sanitize_for_serialization(model) == document
+
+
+@pytest.mark.parametrize("monitor", ["podmonitor", "servicemonitor"])
+@pytest.mark.parametrize("api", ALL_APIS)
+def test_documents_are_valid_against_the_official_crds(api, monitor):
+    for kind in ("podmonitor", "servicemonitor", "prometheusrule", api):
+        require_crd(kind)
+    nproc = 1 if api == "tfjob" else 2  # a TFJob runs one process per pod
+    s = spec(api, nproc_per_node=nproc, metrics_port=9400, metrics_monitor=monitor, namespace="ml")
+    job = build_manifest(s)
+    assert schema_errors(api, job) == []
+    documents = monitoring_documents(s)
+    kinds = [d["kind"] for d in documents]
+    expected = ["PodMonitor"] if monitor == "podmonitor" else ["Service", "ServiceMonitor"]
+    assert kinds == [*expected, "PrometheusRule"]
+    for document in documents:
+        assert document["metadata"]["namespace"] == "ml"
+        assert document["metadata"]["labels"]["kfp-ddp.io/run-id"] == "run-1"
+        if document["kind"] == "Service":
+            assert_valid_service(document)
+            assert document["spec"]["selector"]  # never every pod of the namespace
+        else:
+            assert schema_errors(document["kind"].lower(), document) == []
+
+
+@pytest.mark.parametrize("api", ALL_APIS)
+def test_every_replica_opens_the_ports_and_is_annotated(api):
+    s = spec(api, workers=3, metrics_port=9400, **({} if api == "tfjob" else {"nproc_per_node": 2}))
+    job = build_manifest(s)
+    for found in pod_annotations(job):
+        assert found[SCRAPE_ANNOTATION] == "true" and found[PORT_ANNOTATION] == "9400"
+    for container in containers(job):
+        if api != "trainjob":  # a TrainJob's runtime patches cannot declare ports
+            ports = [{"name": "metrics-0", "containerPort": 9400, "protocol": "TCP"}]
+            if api == "pytorchjob":
+                ports.append({"name": "metrics-1", "containerPort": 9401, "protocol": "TCP"})
+            assert container["ports"] == ports
+        args = container.get("args") or []
+        if api == "tfjob":  # the user's program: no trainer flags
+            assert "--metrics-port" not in args
+        else:
+            assert args[-4:] == ["--metrics-port", "9400", "--metrics-job", "job"]
+    (monitor, _rule) = monitoring_documents(s)
+    endpoints = monitor["spec"]["podMetricsEndpoints"]
+    assert len(endpoints) == (1 if api == "tfjob" else 2)
+    assert all(e["honorLabels"] for e in endpoints)
+    if api == "trainjob":
+        addresses = [e["relabelings"][2]["replacement"] for e in endpoints]
+        assert addresses == ["$1:9400", "$1:9401"]
+        assert monitor["spec"]["selector"]["matchLabels"] == {
+            "jobset.sigs.k8s.io/jobset-name": "job",
+            "jobset.sigs.k8s.io/replicatedjob-name": "node",
+        }
+    else:
+        assert [e["port"] for e in endpoints] == [p["name"] for p in ports]
+        assert monitor["spec"]["selector"]["matchLabels"] == {
+            "training.kubeflow.org/job-name": "job"
+        }
+
+
+def test_without_metrics_port_nothing_changes():
+    s = spec("pytorchjob")
+    assert monitoring_documents(s) == []
+    job = build_manifest(s)
+    assert all("ports" not in c for c in containers(job))
+    assert all(SCRAPE_ANNOTATION not in a for a in pod_annotations(job))
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"metrics_port": 80}, "use a port from 1024"),
+        ({"metrics_port": 65535, "nproc_per_node": 2}, "65535..65536"),
+        ({"metrics_port": 29499, "nproc_per_node": 2}, "rendezvous port 29500"),
+        (
+            {"metrics_port": 9400, "args": ["--metrics-port", "9"]},
+            "set metrics_port, not --metrics-port",
+        ),
+        ({"metrics_port": 9400, "metrics_monitor": "prometheus"}, "podmonitor, servicemonitor"),
+        ({"hang_alert_s": 0}, "hang_alert_s"),
+    ],
+)
+def test_bad_monitoring_settings_are_refused_naming_the_field(fields, message):
+    with pytest.raises(SpecError, match=message):
+        spec("pytorchjob", **fields)
+
+
+def test_the_hang_alert_selects_the_jobs_series():
+    s = spec("trainjob", metrics_port=9400, hang_alert_s=120, namespace="ml", name="cats")
+    assert hang_expression(s) == (
+        'max by (namespace, job) (kfp_ddp_train_seconds_since_last_step{namespace="ml", '
+        'job="cats"}) > 120'
+    )
+
+
+def test_render_prints_the_job_then_the_monitoring_documents():
+    result = CliRunner().invoke(
+        cli, ["render", "--api", "pytorchjob", "--name", "cats", "--metrics-port", "9400"]
+    )
+    assert result.exit_code == 0, result.output
+    documents = list(yaml.safe_load_all(result.stdout))
+    assert [d["kind"] for d in documents] == ["PyTorchJob", "PodMonitor", "PrometheusRule"]
+    plain = CliRunner().invoke(cli, ["render", "--api", "pytorchjob", "--name", "cats"])
+    assert [d["kind"] for d in yaml.safe_load_all(plain.stdout)] == ["PyTorchJob"]
+
+
+# -- the kubernetes backend ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_backend_creates_them_owned_by_the_job_and_they_go_with_it(fake_api, api):
+    fake = fake_api(scenario=succeed(lines=1))
+    lines: list[str] = []
+    run(fake, spec(api, metrics_port=9400, hang_alert_s=300), lines)
+    created = {(m["kind"], m["metadata"]["name"]) for m in fake.created_manifests}
+    assert created >= {("PodMonitor", "job-metrics"), ("PrometheusRule", "job-alerts")}
+    added = [obj for _, _, event, obj in fake.history if event == "ADDED"]
+    (job,) = [o for o in added if o.get("kind") in ("TrainJob", "PyTorchJob")]
+    owned = [o for o in added if o.get("kind") in ("PodMonitor", "PrometheusRule")]
+    for obj in owned:
+        (owner,) = obj["metadata"]["ownerReferences"]
+        assert owner["uid"] == job["metadata"]["uid"] and owner["kind"] == job["kind"]
+    # cleanup=on-success deleted the job; the garbage collector took its monitoring objects
+    assert fake.deleted == ["job"]
+    assert fake.objects["podmonitors"] == {} and fake.objects["prometheusrules"] == {}
+    assert any("created PodMonitor default/job-metrics" in line for line in lines)
+
+
+def test_servicemonitor_alternative_creates_a_service_too(fake_api):
+    fake = fake_api(scenario=succeed(lines=1))
+    run(fake, spec("trainjob", metrics_port=9400, metrics_monitor="servicemonitor"))
+    kinds = [m["kind"] for m in fake.created_manifests]
+    assert kinds == ["TrainJob", "Service", "ServiceMonitor", "PrometheusRule"]
+    assert fake.objects["services"] == {} and fake.objects["servicemonitors"] == {}
+
+
+def test_a_cluster_without_the_prometheus_operator_still_trains(fake_api):
+    fake = fake_api(scenario=succeed(lines=1), monitoring=False)
+    lines: list[str] = []
+    result = run(fake, spec("pytorchjob", metrics_port=9400), lines)
+    assert result.phase == "Succeeded"
+    assert any("serves no monitoring.coreos.com/v1 PodMonitor" in line for line in lines)
+
+
+def test_a_role_without_the_monitoring_rules_still_trains(fake_api):
+    fake = fake_api(scenario=succeed(lines=1), denied={("create", "prometheusrules")})
+    lines: list[str] = []
+    result = run(fake, spec("trainjob", metrics_port=9400), lines)
+    assert result.phase == "Succeeded"
+    assert any("PrometheusRule default/job-alerts not created" in x and "rbac" in x for x in lines)
+    assert any("created PodMonitor" in line for line in lines)
