@@ -2,14 +2,15 @@
 checkpoint takes to become durable there.
 
 The real trainer (``python -m trainer.train``, one process, synthetic data) runs the same steps
-twice per round, alternating the order between rounds so that a shared machine's load falls on
-both alike:
+twice per round — side by side (each on its own core, one thread each) unless
+``--one-at-a-time`` — so that a shared machine's load falls on both alike:
 
 * ``local``: checkpoints to its output folder only (the baseline);
 * ``mirrored``: the same, plus ``--checkpoint-uri`` on a local SeaweedFS server (started here):
   rank 0 uploads each complete ``step-N/`` in the background, its marker last, and prunes to
   ``--keep-checkpoints``.
 
+``--control`` runs both without the mirror: the ratio's noise floor on this machine.
 Printed per round: each run's training time (the trainer's ``train_time_s``, which excludes
 start-up and the final wait for the last upload) and the ratio mirrored / local; then the median
 ratio and, from the trainer's own log lines, the median seconds from a checkpoint's save to its
@@ -25,6 +26,7 @@ it shows is an upper bound for the default interval.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -32,7 +34,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +90,17 @@ def main() -> None:
         help="OMP_NUM_THREADS of the trainer (1: on a shared CPU spinning OpenMP threads make a "
         "run up to ~50x slower and the ratio noise; 0: torch's default)",
     )
+    parser.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="run the two trainers of a round one after the other (default: side by side, so "
+        "that a shared machine's load hits both alike; needs 2 free cores)",
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="an A/A run: both trainers without --checkpoint-uri (the noise floor of the ratio)",
+    )
     args = parser.parse_args()
     print(
         f"{args.model} {args.image_size}px batch {args.batch_size}, {args.steps} steps, a "
@@ -105,16 +117,18 @@ def main() -> None:
             env["OMP_NUM_THREADS"] = str(args.threads)
         for round_ in range(args.rounds):
             order = ["local", "mirrored"] if round_ % 2 == 0 else ["mirrored", "local"]
-            runs: dict[str, Run] = {}
-            for mode in order:
+
+            def one(mode: str, round_: int = round_) -> Run:
                 out = Path(tmp) / f"{mode}-{round_}"
-                uri = f"s3://{bucket}/round-{round_}/checkpoints" if mode == "mirrored" else None
-                started = time.perf_counter()
-                runs[mode] = train(args, out, env, uri)
-                print(
-                    f"  round {round_ + 1} {mode:>8}: train {runs[mode].train_s:7.2f}s "
-                    f"(process {time.perf_counter() - started:.1f}s)"
-                )
+                mirrored = mode == "mirrored" and not args.control
+                uri = f"s3://{bucket}/round-{round_}/checkpoints" if mirrored else None
+                return train(args, out, env, uri)
+
+            workers = 1 if args.one_at_a_time else 2
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                runs = dict(zip(order, pool.map(one, order), strict=True))
+            for mode in order:
+                print(f"  round {round_ + 1} {mode:>8}: train {runs[mode].train_s:7.2f}s")
             ratio = runs["mirrored"].train_s / runs["local"].train_s
             ratios.append(ratio)
             durable += runs["mirrored"].durable_s
@@ -124,10 +138,12 @@ def main() -> None:
         f"median training time mirrored / local = {statistics.median(ratios):.3f} "
         f"({(statistics.median(ratios) - 1) * 100:+.1f}%; target <= +1% at the default interval)"
     )
-    print(
-        f"checkpoint durable in S3 after its save: median {statistics.median(durable):.2f}s "
-        f"(upload {statistics.median(upload):.2f}s), {len(durable)} checkpoints"
-    )
+    print(f"rounds' spread: {min(ratios):.3f} .. {max(ratios):.3f}")
+    if durable:
+        print(
+            f"checkpoint durable in S3 after its save: median {statistics.median(durable):.2f}s "
+            f"(upload {statistics.median(upload):.2f}s), {len(durable)} checkpoints"
+        )
 
 
 if __name__ == "__main__":
