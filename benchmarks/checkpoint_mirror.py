@@ -14,8 +14,8 @@ twice per round — side by side (each on its own core, one thread each) unless
 Printed per round: each run's training time (the trainer's ``train_time_s``, which excludes
 start-up and the final wait for the last upload) and the ratio mirrored / local; then the median
 ratio and, from the trainer's own log lines, the median seconds from a checkpoint's save to its
-marker being in S3 ("durable") and the upload time. The default interval is the trainer's (500 steps);
-``--every 25`` shows the cost when checkpoints come every second or two.
+marker being in S3 ("durable") and the upload time. The default interval is the trainer's
+(500 steps); ``--every 25`` shows the cost when checkpoints come every second or two.
 
     python benchmarks/checkpoint_mirror.py
     python benchmarks/checkpoint_mirror.py --model resnet50 --image-size 224 --batch-size 256 \\
