@@ -523,19 +523,6 @@ def field_defaults() -> dict[str, Any]:
 
 def field_docs() -> dict[str, str]:
     """The attribute docstrings of :class:`TrainConfig` (used as ``--help`` text)."""
-    import ast
-    import inspect
+    from kfp_ddp.field_docs import field_docs as docs_of
 
-    tree = ast.parse(inspect.getsource(TrainConfig))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs = {}
-    for node, following in zip(body, body[1:], strict=False):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-            and isinstance(following.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(following.value.value.split())
-    return docs
+    return docs_of(TrainConfig)

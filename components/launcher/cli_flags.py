@@ -10,9 +10,7 @@ parameters back into keyword arguments for the dataclass.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
 import json
 import types
 import typing
@@ -21,23 +19,9 @@ from typing import Any
 
 import click
 
+from kfp_ddp.field_docs import field_docs
+
 JSON_LIST_FIELDS = ("command",)
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """The attribute docstrings of a dataclass (the string literal after each field)."""
-    body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
-    docs = {}
-    for node, following in zip(body, body[1:], strict=False):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-            and isinstance(following.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(following.value.value.split())
-    return docs
 
 
 def flag_of(f: dataclasses.Field) -> str:

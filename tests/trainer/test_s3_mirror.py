@@ -22,6 +22,7 @@ from tests.trainer.s3_mirror_helpers import (
     remote_steps,
     wait_for_line,
 )
+from tests.trainer.test_train_resume import RESUME_ARGS
 from tests.trainer.trainer_launch import (
     REPO,
     TINY,
@@ -329,22 +330,7 @@ def test_a_last_checkpoint_that_cannot_be_made_durable_fails_the_run(tmp_path, s
 
 # ---------------------------------------------------------------------- two nodes, no sharing
 # 36 images, 2 ranks, batch 2 -> 9 steps per epoch, 27 steps; a checkpoint every 4 steps.
-NODES_ARGS = [
-    *TINY,
-    "--batch-size",
-    "2",
-    "--epochs",
-    "3",
-    "--deterministic",
-    "--seed",
-    "7",
-    "--lr",
-    "2.0",
-    "--checkpoint-every-steps",
-    "4",
-    "--keep-checkpoints",
-    "2",
-]
+NODES_ARGS = RESUME_ARGS  # the same run the local resume tests compare against
 
 
 def _node_args(data, outs, *extra):
