@@ -10,6 +10,8 @@ import pytest
 
 from tests.image_data import write_image_folder
 
+pytest_plugins = ["tests.cluster.plugin"]
+
 SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
 
 

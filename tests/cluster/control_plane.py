@@ -1,0 +1,555 @@
+"""A real control plane on loopback: ``ControlPlane(folder, binaries, parts=...).start()``.
+
+Starts etcd and kube-apiserver (token auth, ``--authorization-mode=RBAC``, Pod Security admission
+on), installs the official CRDs of the parts asked for, then the controllers with their webhooks:
+kube-controller-manager (Jobs, garbage collection, namespaces, service accounts), the JobSet
+controller, the Kubeflow Trainer v2.3 controller (TrainJob → JobSet; the ``torch-distributed``
+ClusterTrainingRuntime is installed) and the Training Operator v1.9 (PyTorchJob, TFJob). Every
+listener is on 127.0.0.1 on a free port; every webhook configuration is the official one,
+rewritten from an in-cluster ``service:`` to ``url: https://127.0.0.1:PORT/…`` with our CA.
+The test reaches it as admin (``admin_configuration``) or as a ServiceAccount (``accounts.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.cluster import certs
+from tests.cluster.assets import CONTROLLERS, CORE, Binaries
+from tests.cluster.processes import Component, StartupError
+
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
+ENVTEST_CONFIG = Path(__file__).resolve().parents[3] / "shared" / "envtest" / "config"
+TRAINER = REFERENCE / "trainer-v2.3.0"
+JOBSET = REFERENCE / "jobset-v0.12.0"
+OPERATOR = REFERENCE / "training-operator-v1.9"
+PROMETHEUS = REFERENCE / "prometheus-operator-v0.93"
+ARGO_WORKFLOWS = REFERENCE / "argo-workflows-v4.0.8" / "argoproj.io_workflows.full.yaml"
+
+CRD_FILES = {
+    "jobset": [JOBSET / "jobset.x-k8s.io_jobsets.yaml"],
+    "trainer": [
+        TRAINER / "trainer.kubeflow.org_trainjobs.yaml",
+        TRAINER / "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+        TRAINER / "trainer.kubeflow.org_trainingruntimes.yaml",
+    ],
+    "pytorchjob": [REFERENCE / "kubeflow.org_pytorchjobs.yaml"],
+    "tfjob": [OPERATOR / "kubeflow.org_tfjobs.yaml"],
+    "monitoring": sorted(PROMETHEUS.glob("monitoring.coreos.com_*.yaml")),
+    "argo": [ARGO_WORKFLOWS],
+}
+"""The official CRDs, by the part that needs them."""
+
+PARTS = ("controller-manager", "trainer", "training-operator", "monitoring")
+"""What a plane can run: ``trainer`` brings JobSet too; ``training-operator`` serves PyTorchJob
+and TFJob; ``monitoring`` installs the Prometheus Operator's CRDs (no operator runs)."""
+
+ADMIN_USER = "admin"
+OPERATOR_NAMESPACE = "kubeflow"
+OPERATOR_SECRET = "training-operator-webhook-cert"
+OPERATOR_WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
+"""The name the Training Operator's cert rotator looks for (cmd/training-operator.v1)."""
+OPERATOR_CA_NAME = "training-operator-ca"
+"""The name the rotator verifies its CA for (pkg/cert)."""
+ROTATOR_MOUNT_CHECK = Path("/tmp/k8s-webhook-server/serving-certs/tls.crt")
+"""The rotator waits until this file exists (where a kubelet would mount the Secret; the path is
+fixed in its code, whatever $TMPDIR says). Only its existence is checked: the webhook server
+itself serves the files under the plane's own $TMPDIR."""
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
+def reference_missing() -> list[str]:
+    """The reference files a full plane needs that are absent."""
+    files = [
+        path for group in ("jobset", "trainer", "pytorchjob", "tfjob") for path in CRD_FILES[group]
+    ]
+    files += [
+        TRAINER / "torch_distributed_runtime.yaml",
+        TRAINER / "webhook-configurations.yaml",
+        JOBSET / "webhook-configurations.yaml",
+        OPERATOR / "webhook-configurations.yaml",
+        ENVTEST_CONFIG / "jobset-config.yaml",
+        ENVTEST_CONFIG / "trainer-config.yaml",
+    ]
+    return [str(path) for path in files if not path.is_file()]
+
+
+def load_documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+@dataclass
+class Ports:
+    """Every port of one plane."""
+
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    jobset_webhook: int
+    jobset_health: int
+    trainer_webhook: int
+    trainer_health: int
+    operator_webhook: int
+    operator_health: int
+    operator_metrics: int
+
+    @classmethod
+    def pick(cls) -> Ports:
+        return cls(*free_ports(len(cls.__dataclass_fields__)))
+
+
+@dataclass
+class ControlPlane:
+    """One control plane: its folder, binaries and the parts it runs."""
+
+    folder: Path
+    binaries: Binaries
+    parts: tuple[str, ...] = PARTS
+    ports: Ports = field(default_factory=Ports.pick)
+    admin_token: str = field(default_factory=lambda: secrets.token_hex(16))
+    components: list[Component] = field(default_factory=list)
+    ca: certs.CertificateAuthority = field(default_factory=certs.CertificateAuthority)
+    operator_ca: certs.CertificateAuthority = field(
+        default_factory=lambda: certs.CertificateAuthority(OPERATOR_CA_NAME)
+    )
+    started_s: float = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA that signed the API server's certificate (clients verify it)."""
+        return self.folder / "apiserver-tls" / "ca.crt"
+
+    def needs(self) -> tuple[str, ...]:
+        """The binaries this plane runs."""
+        names = list(CORE)
+        if "controller-manager" in self.parts:
+            names.append("kube-controller-manager")
+        if "trainer" in self.parts:
+            names += ["jobset-controller", "trainer-controller-manager"]
+        if "training-operator" in self.parts:
+            names.append("training-operator")
+        return tuple(name for name in names if name in (*CORE, *CONTROLLERS))
+
+    # -- start / stop --------------------------------------------------------------------------
+
+    def start(self) -> ControlPlane:
+        begin = time.monotonic()
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._install_crds()
+            self._start_controllers()
+            if "trainer" in self.parts:
+                self.apply(load_documents(TRAINER / "torch_distributed_runtime.yaml"))
+        except BaseException:
+            self.stop()
+            raise
+        self.started_s = time.monotonic() - begin
+        return self
+
+    def stop(self) -> None:
+        for component in reversed(self.components):
+            component.stop()
+        self.components.clear()
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _component(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> Component:
+        component = Component(name, argv, self.folder / "logs" / f"{name}.log", env or {})
+        self.components.append(component.start())
+        return component
+
+    def _start_etcd(self) -> None:
+        p = self.ports
+        client, peer = f"http://127.0.0.1:{p.etcd_client}", f"http://127.0.0.1:{p.etcd_peer}"
+        etcd = self._component(
+            "etcd",
+            [
+                str(self.binaries["etcd"]),
+                f"--data-dir={self.folder / 'etcd'}",
+                "--name=default",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=default={peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
+        etcd.wait_ready(f"{client}/health", timeout=30)
+
+    def _start_apiserver(self) -> None:
+        folder = self.folder
+        private_key, public_key = certs.signing_key_pair(folder)
+        self.service_account_key = private_key
+        serving = self.ca.server("kube-apiserver", ("kubernetes", "kubernetes.default.svc"))
+        serving.write(folder / "apiserver-tls", "apiserver.crt", "apiserver.key")
+        self.ca.pem.write(folder / "apiserver-tls", "ca.crt", "ca.key")
+        tokens = folder / "tokens.csv"
+        tokens.write_text(f'{self.admin_token},{ADMIN_USER},admin-uid,"system:masters"\n')
+        apiserver = self._component(
+            "kube-apiserver",
+            [
+                str(self.binaries["kube-apiserver"]),
+                f"--etcd-servers=http://127.0.0.1:{self.ports.etcd_client}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.ports.apiserver}",
+                f"--tls-cert-file={folder / 'apiserver-tls' / 'apiserver.crt'}",
+                f"--tls-private-key-file={folder / 'apiserver-tls' / 'apiserver.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={public_key}",
+                f"--service-account-signing-key-file={private_key}",
+                f"--token-auth-file={tokens}",
+                "--authorization-mode=RBAC",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                # No kubelet mints pod tokens here; Pod Security admission stays on (default).
+                "--disable-admission-plugins=ServiceAccount",
+                "--allow-privileged=true",
+                "--kubelet-preferred-address-types=InternalIP",
+            ],
+        )
+        apiserver.wait_ready(f"{self.url}/readyz", token=self.admin_token, timeout=60)
+
+    def _start_controllers(self) -> None:
+        started: list[tuple[Component, str]] = []
+        if "controller-manager" in self.parts:
+            started.append(self._start_controller_manager())
+        if "trainer" in self.parts:
+            started.append(self._start_jobset())
+            started.append(self._start_trainer())
+        if "training-operator" in self.parts:
+            started.append(self._start_training_operator())
+        # Registered before the controllers are ready: the Training Operator's cert rotator
+        # waits until it finds its webhook configuration.
+        self._register_webhooks()
+        for component, url in started:
+            component.wait_ready(url, timeout=90)
+
+    def kubeconfig(self) -> Path:
+        """A kubeconfig for the admin (the controllers use it)."""
+        path = self.folder / "admin.kubeconfig"
+        if not path.is_file():
+            config = {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "envtest",
+                        "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)},
+                    }
+                ],
+                "users": [{"name": ADMIN_USER, "user": {"token": self.admin_token}}],
+                "contexts": [
+                    {"name": "envtest", "context": {"cluster": "envtest", "user": ADMIN_USER}}
+                ],
+                "current-context": "envtest",
+            }
+            path.write_text(yaml.safe_dump(config))
+        return path
+
+    def _start_controller_manager(self) -> tuple[Component, str]:
+        kubeconfig = str(self.kubeconfig())
+        controllers = ",".join(
+            [
+                "job-controller",
+                "garbage-collector-controller",
+                "namespace-controller",
+                "serviceaccount-controller",
+                "serviceaccount-token-controller",
+                "root-ca-certificate-publisher-controller",
+            ]
+        )
+        port = self.ports.controller_manager
+        component = self._component(
+            "kube-controller-manager",
+            [
+                str(self.binaries["kube-controller-manager"]),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--controllers={controllers}",
+                "--use-service-account-credentials=false",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={self.service_account_key}",
+                f"--root-ca-file={self.ca_file}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.folder / 'kcm-certs'}",
+                "--cluster-cidr=10.244.0.0/16",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                # Garbage collection and Job syncs without the usual batching delays.
+                "--concurrent-gc-syncs=5",
+            ],
+        )
+        return component, f"https://127.0.0.1:{port}/healthz"
+
+    def _start_jobset(self) -> tuple[Component, str]:
+        cert_dir = self.folder / "jobset-certs"
+        self.ca.server("jobset-webhook").write(cert_dir)
+        config = yaml.safe_load((ENVTEST_CONFIG / "jobset-config.yaml").read_text())
+        config["webhook"] = {
+            "host": "127.0.0.1",
+            "port": self.ports.jobset_webhook,
+            "certDir": str(cert_dir),
+        }
+        config["health"] = {"healthProbeBindAddress": f"127.0.0.1:{self.ports.jobset_health}"}
+        path = self.folder / "jobset-config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        component = self._component(
+            "jobset-controller",
+            [
+                str(self.binaries["jobset-controller"]),
+                f"--kubeconfig={self.kubeconfig()}",
+                f"--config={path}",
+            ],
+        )
+        return component, f"http://127.0.0.1:{self.ports.jobset_health}/readyz"
+
+    def _start_trainer(self) -> tuple[Component, str]:
+        tmp = self.folder / "trainer-tmp"
+        self.ca.server("trainer-webhook").write(tmp / "k8s-webhook-server" / "serving-certs")
+        config = yaml.safe_load((ENVTEST_CONFIG / "trainer-config.yaml").read_text())
+        config["webhook"] = {"port": self.ports.trainer_webhook, "host": "127.0.0.1"}
+        config["health"] = {"healthProbeBindAddress": f"127.0.0.1:{self.ports.trainer_health}"}
+        path = self.folder / "trainer-config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        component = self._component(
+            "trainer-controller-manager",
+            [
+                str(self.binaries["trainer-controller-manager"]),
+                f"--kubeconfig={self.kubeconfig()}",
+                f"--config={path}",
+            ],
+            env={"TMPDIR": str(tmp)},
+        )
+        return component, f"http://127.0.0.1:{self.ports.trainer_health}/readyz"
+
+    def _start_training_operator(self) -> tuple[Component, str]:
+        """The Training Operator waits for its cert rotator: give it the Secret it reads and the
+        files its webhook server serves (under $TMPDIR, per plane)."""
+        import base64
+
+        tmp = self.folder / "operator-tmp"
+        ca = self.operator_ca
+        serving = ca.server("training-operator", (f"training-operator.{OPERATOR_NAMESPACE}.svc",))
+        serving.write(tmp / "k8s-webhook-server" / "serving-certs")
+        if not ROTATOR_MOUNT_CHECK.exists():
+            serving.write(ROTATOR_MOUNT_CHECK.parent)
+        self.apply(
+            [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": OPERATOR_SECRET, "namespace": OPERATOR_NAMESPACE},
+                    "data": {
+                        name: base64.b64encode(value).decode()
+                        for name, value in {
+                            "ca.crt": ca.pem.cert,
+                            "ca.key": ca.pem.key,
+                            "tls.crt": serving.cert,
+                            "tls.key": serving.key,
+                        }.items()
+                    },
+                },
+            ]
+        )
+        p = self.ports
+        schemes = [f"--enable-scheme={s}" for s in ("pytorchjob", "tfjob")]
+        component = self._component(
+            "training-operator",
+            [
+                str(self.binaries["training-operator"]),
+                f"--kubeconfig={self.kubeconfig()}",
+                *schemes,
+                f"--metrics-bind-address=127.0.0.1:{p.operator_metrics}",
+                f"--health-probe-bind-address=127.0.0.1:{p.operator_health}",
+                "--webhook-bind-host=127.0.0.1",
+                f"--webhook-server-port={p.operator_webhook}",
+            ],
+            env={"TMPDIR": str(tmp)},
+        )
+        return component, f"http://127.0.0.1:{p.operator_health}/readyz"
+
+    # -- objects -------------------------------------------------------------------------------
+
+    def admin_configuration(self) -> Any:
+        """A ``kubernetes`` client Configuration for the admin (system:masters)."""
+        from kubernetes import client
+
+        configuration = client.Configuration()
+        configuration.host = self.url
+        configuration.ssl_ca_cert = str(self.ca_file)
+        configuration.api_key = {"authorization": f"Bearer {self.admin_token}"}
+        return configuration
+
+    def admin_client(self) -> Any:
+        from kubernetes import client
+
+        return client.ApiClient(self.admin_configuration())
+
+    def apply(self, documents: list[dict[str, Any]]) -> None:
+        """Create each document as admin (an object that exists is left as it is)."""
+        from kubernetes.client.rest import ApiException
+        from kubernetes.dynamic import DynamicClient
+
+        client = DynamicClient(self.admin_client())
+        for document in documents:
+            resource = client.resources.get(
+                api_version=document["apiVersion"], kind=document["kind"]
+            )
+            namespace = document["metadata"].get("namespace")
+            try:
+                resource.create(body=document, namespace=namespace)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+    def install_crds(self, groups: tuple[str, ...]) -> None:
+        """Install the official CRDs of ``groups`` (see CRD_FILES) and wait until they serve."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        api = client.ApiextensionsV1Api(self.admin_client())
+        names = []
+        for group in groups:
+            for path in CRD_FILES[group]:
+                for crd in load_documents(path):
+                    names.append(crd["metadata"]["name"])
+                    try:
+                        api.create_custom_resource_definition(crd)
+                    except ApiException as exc:
+                        if exc.status != 409:
+                            raise
+        deadline = time.monotonic() + 30
+        for name in names:
+            while not _established(api.read_custom_resource_definition(name)):
+                if time.monotonic() > deadline:
+                    raise StartupError(f"CRD {name} was not Established within 30 s")
+                time.sleep(0.1)
+
+    def delete_crds(self, groups: tuple[str, ...]) -> None:
+        """Remove the CRDs of ``groups`` and wait until they are gone (a discovery test's setup)."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        api = client.ApiextensionsV1Api(self.admin_client())
+        names = [
+            crd["metadata"]["name"]
+            for g in groups
+            for p in CRD_FILES[g]
+            for crd in load_documents(p)
+        ]
+        for name in names:
+            with contextlib.suppress(ApiException):
+                api.delete_custom_resource_definition(name)
+        deadline = time.monotonic() + 60
+        for name in names:
+            while True:
+                try:
+                    api.read_custom_resource_definition(name)
+                except ApiException as exc:
+                    if exc.status == 404:
+                        break
+                    raise
+                if time.monotonic() > deadline:
+                    raise StartupError(f"CRD {name} was not removed within 60 s")
+                time.sleep(0.1)
+
+    def _install_crds(self) -> None:
+        groups = []
+        if "trainer" in self.parts:
+            groups += ["jobset", "trainer"]
+        if "training-operator" in self.parts:
+            groups += ["pytorchjob", "tfjob"]
+        if "monitoring" in self.parts:
+            groups.append("monitoring")
+        self.install_crds(tuple(groups))
+
+    def _register_webhooks(self) -> None:
+        """The official webhook configurations, pointed at the controllers on loopback."""
+        documents = []
+        if "trainer" in self.parts:
+            documents += _webhooks(
+                JOBSET, "jobset", self.ports.jobset_webhook, self.ca, pod_selector=True
+            )
+            documents += _webhooks(TRAINER, "trainer", self.ports.trainer_webhook, self.ca)
+        if "training-operator" in self.parts:
+            (validating,) = _webhooks(
+                OPERATOR, "training-operator", self.ports.operator_webhook, self.operator_ca
+            )
+            validating["metadata"]["name"] = OPERATOR_WEBHOOK_CONFIGURATION
+            documents.append(validating)
+        self.apply(documents)
+        self._wait_for_webhooks()
+
+    def _wait_for_webhooks(self) -> None:
+        """A dry-run create through each webhook answers (the API server's client is warm)."""
+        # Webhook configurations take effect once the API server's informer sees them.
+        time.sleep(0.5)
+
+
+def _established(crd: Any) -> bool:
+    conditions = (crd.status and crd.status.conditions) or []
+    return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+
+def _webhooks(
+    folder: Path,
+    prefix: str,
+    port: int,
+    ca: certs.CertificateAuthority,
+    *,
+    pod_selector: bool = False,
+) -> list[dict[str, Any]]:
+    """``folder``'s webhook configurations with ``url:`` clients on 127.0.0.1:``port``."""
+    import base64
+
+    bundle = base64.b64encode(ca.pem.cert).decode()
+    out = []
+    for document in load_documents(folder / "webhook-configurations.yaml"):
+        document = copy.deepcopy(document)
+        document["metadata"]["name"] = f"{prefix}-{document['metadata']['name']}"
+        for webhook in document["webhooks"]:
+            path = webhook["clientConfig"]["service"]["path"]
+            webhook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
+            pods = any("pods" in rule.get("resources", []) for rule in webhook.get("rules", []))
+            if pod_selector and pods:
+                # Only JobSet's own pods: a cluster's other pods never go through this webhook.
+                webhook["objectSelector"] = {
+                    "matchExpressions": [
+                        {"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}
+                    ]
+                }
+        out.append(document)
+    return out

@@ -1,0 +1,100 @@
+"""Start one control-plane binary, wait until it answers, stop it; its log for the error.
+
+A component that exits or does not get ready in time raises ``StartupError`` with the tail of its
+log, so a failed start says why (a port taken, a bad flag, a missing CRD).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class StartupError(RuntimeError):
+    """A component did not start: the message carries its log tail."""
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _insecure_context() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def answers(url: str, token: str | None = None) -> bool:
+    """Whether ``url`` answers 200 (TLS without verification; a bearer token if given)."""
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=2, context=_insecure_context()) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@dataclass
+class Component:
+    """One running binary of the control plane."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen | None = None
+
+    def start(self) -> Component:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env},
+                start_new_session=True,  # a Ctrl-C of the test run reaches us, not them
+            )
+        return self
+
+    def wait_ready(self, url: str, *, token: str | None = None, timeout: float = 60.0) -> None:
+        """Block until ``url`` answers 200; StartupError (with the log tail) otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise StartupError(
+                    f"{self.name} exited with code {self.process.returncode} while starting; "
+                    f"its log ({self.log}):\n{log_tail(self.log)}"
+                )
+            if answers(url, token):
+                return
+            time.sleep(0.1)
+        raise StartupError(
+            f"{self.name} did not answer {url} within {timeout:g} s; its log ({self.log}):\n"
+            f"{log_tail(self.log)}"
+        )
+
+    def stop(self, grace: float = 5.0) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
