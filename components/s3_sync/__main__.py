@@ -4,7 +4,8 @@
 Prints one summary line on stdout and exits 0 (with ``--dry-run`` also one ``would transfer`` /
 ``would delete`` line per path on stderr). On failure it prints one ``error:`` line on stderr
 and exits 2 for bad arguments (including a malformed s3:// URI, both sides local or both S3,
-and deletions that need ``--max-delete``), 1 for a failed sync, 130 on Ctrl-C.
+and deletions that need ``--max-delete``; a dry run lists those deletions first), 1 for a
+failed sync, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N|P%",
         help="with --delete: allow at most N deletions, or P%% of the destination's files "
-        "(default: 50%% of them or 10 files, whichever is more; an empty source is always "
-        "refused unless --max-delete allows deleting everything)",
+        "(default: at most half of them, however few, never all; --max-delete 100%% allows "
+        "emptying it). Look first with --dry-run",
     )
     p.add_argument("--dry-run", action="store_true", help="list what would change; change nothing")
     p.add_argument("--region", default=None, help="signing region (default: the AWS config's)")
@@ -113,10 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("botocore", "boto3", "s3transfer", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from components.s3_sync.api import run_sync
+    from components.s3_sync.delete_guard import DeletionsRefused
     from components.s3_sync.errors import S3SyncError, S3SyncUsageError
 
     try:
         report = run_sync(options_from_args(args))
+    except DeletionsRefused as exc:
+        if args.dry_run:  # what would go, then why the real run would not do it
+            for rel in exc.would_delete:
+                print(f"s3-sync: would delete {rel}", file=sys.stderr)
+        print(f"s3-sync: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except S3SyncUsageError as exc:
         print(f"s3-sync: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -5,10 +5,16 @@
   in the source URI lists nothing, and would otherwise empty the destination (an empty source
   onto an empty destination deletes nothing and is allowed);
 - deleting more than ``max_delete`` of the destination's files is refused. The default allows
-  deleting up to half of the destination's (selected) files, or up to 10 files whatever the
-  share: enough for a data set that lost some files or a model folder whose files were renamed,
-  while a wrong but non-empty source (which would replace everything) is stopped. An explicit
-  ``max_delete`` is taken literally: ``N`` files, or ``P%`` of the destination's files.
+  deleting at most half of the destination's (selected) files, however few it holds, and so
+  never all of them: a data set that lost some files syncs as before, while a wrong but
+  non-empty source (which would replace everything) is stopped — also on a model prefix of 8
+  objects or a folder of 2 notes, which a floor of "10 files whatever the share" let through.
+  An explicit ``max_delete`` is taken literally: ``N`` files, or ``P%`` of the destination's
+  files (``100%``: everything).
+
+A refusal is a ``DeletionsRefused`` that names ``--delete``, the destination, how many of how
+many files would go and the fix; it carries the paths. A dry run is refused the same way (it
+predicts the real run), and the CLI prints those paths first: ``--dry-run`` shows what would go.
 """
 
 from __future__ import annotations
@@ -19,9 +25,8 @@ from dataclasses import dataclass
 from components.s3_sync.errors import S3SyncUsageError
 
 DEFAULT_SHARE_PERCENT = 50.0
-"""Without ``max_delete``: at most this share of the destination's files may be deleted..."""
-DEFAULT_ALWAYS_ALLOWED = 10
-"""...or at most this many, whichever is more."""
+"""Without ``max_delete``: at most this share of the destination's files may be deleted (below
+100%, so never all of a non-empty destination)."""
 _PERCENT_RE = re.compile(r"(\d+(?:\.\d+)?)%")
 
 
@@ -56,18 +61,14 @@ class DeleteLimit:
         """Whether deleting ``deletions`` of the destination's ``existing`` files is allowed."""
         if self.count is not None:
             return deletions <= self.count
-        within_share = deletions * 100 <= (self.percent or 0.0) * existing
-        return within_share or (not self.explicit and deletions <= DEFAULT_ALWAYS_ALLOWED)
+        return deletions * 100 <= (self.percent or 0.0) * existing
 
     def describe(self) -> str:
         if self.count is not None:
             return f"max_delete={self.count}"
         if self.explicit:
             return f"max_delete={self.percent:g}% of them"
-        return (
-            f"the default: {DEFAULT_SHARE_PERCENT:g}% of them or {DEFAULT_ALWAYS_ALLOWED} files, "
-            "whichever is more"
-        )
+        return "the default: at most half of them, never all"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,31 +81,53 @@ class PlannedDeletions:
     """Files/objects in the source selection."""
     existing: int
     """Files/objects in the destination that the selection covers (the ones it may delete)."""
-    deletions: int
+    paths: tuple[str, ...]
+    """The destination's files/objects (relative paths) that the source lacks: what would go."""
     unit: str = "files"
     """What the destination holds: "files" (a folder) or "objects" (a prefix)."""
+    dry_run: bool = False
+    """Planned by a dry run (the message then does not suggest one)."""
+
+    @property
+    def deletions(self) -> int:
+        return len(self.paths)
+
+
+class DeletionsRefused(S3SyncUsageError):
+    """``delete`` would remove more than it may; nothing was changed.
+
+    ``would_delete``: the relative paths it would have removed (the CLI lists them on a dry run).
+    """
+
+    def __init__(self, message: str, would_delete: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.would_delete = list(would_delete)
 
 
 def check_deletions(plan: PlannedDeletions, limit: DeleteLimit) -> None:
-    """Raise S3SyncUsageError (before anything is changed) if ``plan`` needs more consent."""
-    if (
-        plan.source_files == 0
-        and plan.existing
-        and not (limit.explicit and limit.allows(plan.existing, plan.existing))
-    ):
-        raise S3SyncUsageError(
-            f"refusing --delete with an empty source: {plan.source} lists no {plan.unit} (or "
-            "none that the include/exclude filters select), and --delete would leave "
-            f"{plan.destination} empty (deleting the {plan.existing} {plan.unit} it holds); "
-            "nothing was changed. Check the source "
-            "(a typo lists nothing). If emptying the destination is really meant, pass "
-            "--max-delete 100% (max_delete='100%')."
+    """Raise DeletionsRefused (before anything is changed) if ``plan`` needs more consent."""
+    n, existing, unit = plan.deletions, plan.existing, plan.unit
+    look = (
+        "this dry run changed nothing, and the real run would be refused the same way"
+        if plan.dry_run
+        else "look first with --dry-run, which lists every path that would go"
+    )
+    if plan.source_files == 0 and existing and not (limit.explicit and limit.allows(n, existing)):
+        raise DeletionsRefused(
+            f"refusing --delete with an empty source: {plan.source} lists no {unit} (or none "
+            "that the include/exclude filters select), and --delete would remove all "
+            f"{n} of the {existing} {unit} in {plan.destination}, leaving it empty; nothing was "
+            f"changed. Check the source (a typo lists nothing); {look}. If emptying the "
+            "destination is really meant, pass --max-delete 100% (max_delete='100%').",
+            plan.paths,
         )
-    if not limit.allows(plan.deletions, plan.existing):
-        raise S3SyncUsageError(
-            f"refusing to delete {plan.deletions} of the {plan.existing} {plan.unit} in "
-            f"{plan.destination}: more than the limit ({limit.describe()}); nothing was "
-            f"changed. Check that {plan.source} is the source you mean; to allow it, pass "
-            f"--max-delete {plan.deletions} (max_delete={plan.deletions}) or a share such as "
-            "--max-delete 100%."
+    if not limit.allows(n, existing):
+        raise DeletionsRefused(
+            f"refusing --delete: it would remove {n} of the {existing} {unit} in "
+            f"{plan.destination} (the ones {plan.source} lacks): more than the limit allows "
+            f"({limit.describe()}); "
+            f"nothing was changed. Check that {plan.source} is the source you mean for this "
+            f"destination; {look}. To allow it, pass --max-delete {n} (max_delete={n}) or "
+            "--max-delete 100%.",
+            plan.paths,
         )

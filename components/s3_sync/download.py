@@ -94,7 +94,8 @@ class DownloadJob:
                     destination=str(self.dest),
                     source_files=len(objects),
                     existing=existing,
-                    deletions=len(plan.delete),
+                    paths=tuple(plan.delete),
+                    dry_run=options.dry_run,
                 ),
                 options.delete_limit,
             )

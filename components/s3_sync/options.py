@@ -42,7 +42,8 @@ class SyncOptions:
     Refused for an empty source, and beyond ``max_delete``."""
     max_delete: int | str | None = None
     """With ``delete``: at most N deletions (``500``) or a share of the destination's files
-    (``"20%"``); None: up to 50% of them, or 10 files, whichever is more. See delete_guard.py."""
+    (``"20%"``, ``"100%"`` for all); None: at most half of them, however few, and never all of a
+    non-empty destination. See delete_guard.py."""
     dry_run: bool = False
     """Plan and report (``would_transfer``, ``would_delete``); change nothing, write nothing."""
     region: str | None = None

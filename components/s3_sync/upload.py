@@ -126,8 +126,9 @@ class UploadJob:
                 destination=self.dst.uri,
                 source_files=len(files),
                 existing=len(existing),
-                deletions=len(keys),
+                paths=tuple(key[len(self.dst.prefix) :] for key in keys),
                 unit="objects",
+                dry_run=self.options.dry_run,
             ),
             self.options.delete_limit,
         )

@@ -1,12 +1,17 @@
 """``delete`` does not lose data by mistake: an empty source is refused, deletions beyond
-``max_delete`` are refused, and both before anything changes (against the real server)."""
+``max_delete`` (by default: half of the destination, however small, never all of it) are
+refused, both before anything changes, and a dry run lists what would go (against the real
+server)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 
 from components.s3_sync import S3SyncError, S3SyncUsageError, SyncOptions, sync
-from components.s3_sync.delete_guard import DeleteLimit
+from components.s3_sync.delete_guard import DeleteLimit, DeletionsRefused
 from tests.s3_sync.s3_helpers import list_keys, put_objects, read_tree
 from tests.s3_sync.test_s3_sync_errors import _cli
 
@@ -90,8 +95,9 @@ def test_deleting_most_of_the_destination_needs_max_delete(s3_env, bucket, tmp_p
     with pytest.raises(S3SyncUsageError) as err:
         sync(f"s3://{bucket}/other", dest, delete=True)
     message = str(err.value)
-    assert "refusing to delete 30 of the 30 files" in message and str(dest) in message
-    assert "--max-delete 30" in message and "nothing was changed" in message
+    assert "refusing --delete" in message and "30 of the 30 files" in message
+    assert str(dest) in message and "--max-delete 30" in message and "--dry-run" in message
+    assert "nothing was changed" in message
     assert read_tree(dest) == before  # no deletion and no download either
     proc = _cli(f"s3://{bucket}/other", str(dest), "--delete")
     assert proc.returncode == 2 and "--max-delete" in proc.stderr
@@ -105,7 +111,7 @@ def test_deleting_most_of_the_destination_needs_max_delete(s3_env, bucket, tmp_p
 
 
 def test_default_limit_and_percentages(s3_env, bucket, tmp_path):
-    """Default: up to half of the destination's files, or up to 10 whatever the share."""
+    """Default: up to half of the destination's files; explicit percentages are literal."""
     source = {f"keep/{i:03d}.png": f"keep {i}".encode() for i in range(12)}
     put_objects(s3_env.client(), bucket, source)
     dest = tmp_path / "d"
@@ -113,7 +119,7 @@ def test_default_limit_and_percentages(s3_env, bucket, tmp_path):
     for path in list(dest.rglob("*.png")):
         path.rename(dest / path.name)  # keep/000.png -> 000.png, as the source has them
     assert sync(f"s3://{bucket}/keep", dest, delete=True, dry_run=True).deleted == 12  # 50%
-    _fill(dest, 1, prefix="more")  # 13 of 25 would go: more than half and more than 10
+    _fill(dest, 1, prefix="more")  # 13 of 25 would go: more than half
     with pytest.raises(S3SyncUsageError, match="13 of the 25 files"):
         sync(f"s3://{bucket}/keep", dest, delete=True)
     with pytest.raises(S3SyncUsageError, match="max_delete=50% of them"):
@@ -121,8 +127,11 @@ def test_default_limit_and_percentages(s3_env, bucket, tmp_path):
     report = sync(f"s3://{bucket}/keep", dest, delete=True, max_delete="52%")
     assert report.deleted == 13 and report.transferred == 0 and len(read_tree(dest)) == 12
     small = tmp_path / "small"
-    _fill(small, 3, prefix="x")  # 3 of 3: all of them, but within the 10 always allowed
-    report = sync(f"s3://{bucket}/keep", small, delete=True)
+    _fill(small, 3, prefix="x")  # 3 of 3: all of them, which no default allows
+    with pytest.raises(S3SyncUsageError, match="3 of the 3 files"):
+        sync(f"s3://{bucket}/keep", small, delete=True)
+    assert len(read_tree(small)) == 3
+    report = sync(f"s3://{bucket}/keep", small, delete=True, max_delete="100%")
     assert report.deleted == 3 and report.transferred == 12
 
 
@@ -140,6 +149,107 @@ def test_upload_deletions_are_limited_too(s3_env, bucket, tmp_path):
     ]
 
 
+SOURCE_FILES = {"weights.pt": b"new weights", "model.json": b'{"arch": "new"}'}
+"""The issue's source: a folder of 2 files that shares nothing with the destination."""
+
+
+def _notes(count: int) -> dict[str, bytes]:
+    """A destination's other data: ``count`` notes."""
+    return {f"notes/{i:02d}.md": f"note {i}".encode() for i in range(count)}
+
+
+@dataclass
+class Sides:
+    """A sync's two sides, either direction, and how to read the destination back."""
+
+    source: str
+    destination: str
+    unit: str
+    read: Callable[[], dict[str, bytes]]
+    """The destination's files/objects: relative path -> bytes."""
+
+
+def _sides(direction: str, destination: dict[str, bytes], s3_env, bucket, tmp_path) -> Sides:
+    client = s3_env.client()
+    local = tmp_path / "folder"
+    for rel, body in (destination if direction == "download" else SOURCE_FILES).items():
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        (local / rel).write_bytes(body)
+    remote = SOURCE_FILES if direction == "download" else destination
+    put_objects(client, bucket, {f"prefix/{rel}": body for rel, body in remote.items()})
+    if direction == "download":
+        return Sides(f"s3://{bucket}/prefix", str(local), "files", lambda: read_tree(local))
+
+    def objects() -> dict[str, bytes]:
+        keys = list_keys(client, bucket, "prefix/")
+        return {key.removeprefix("prefix/"): body for key, body in keys.items()}
+
+    return Sides(str(local), f"s3://{bucket}/prefix", "objects", objects)
+
+
+def _listed(stderr: str) -> list[str]:
+    """The paths a dry run printed as ``would delete``."""
+    marker = "s3-sync: would delete "
+    return sorted(line[len(marker) :] for line in stderr.splitlines() if line.startswith(marker))
+
+
+@pytest.mark.parametrize("direction", ["download", "upload"])
+@pytest.mark.parametrize("count", [1, 2, 8, 12])
+def test_delete_onto_a_small_destination_of_other_data_is_refused(
+    direction, count, s3_env, bucket, tmp_path
+):
+    """However few files the destination holds, --delete never replaces all of them by
+    default; the dry run lists what would go; an explicit --max-delete lets it through."""
+    sides = _sides(direction, _notes(count), s3_env, bucket, tmp_path)
+    before = sides.read()
+    assert len(before) == count
+    with pytest.raises(DeletionsRefused) as refused:
+        sync(sides.source, sides.destination, delete=True)
+    message = str(refused.value)
+    assert message.startswith("refusing --delete") and sides.destination in message
+    assert f"{count} of the {count} {sides.unit}" in message and "nothing was changed" in message
+    assert f"--max-delete {count}" in message and "--dry-run" in message
+    assert sorted(refused.value.would_delete) == sorted(before)
+    assert sides.read() == before  # nothing deleted, nothing transferred
+    # the dry run lists what would go, says the real run would be refused, deletes nothing
+    proc = _cli(sides.source, sides.destination, "--delete", "--dry-run", "-q")
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert _listed(proc.stderr) == sorted(before)
+    error = proc.stderr.splitlines()[-1]
+    assert error.startswith("s3-sync: error: refusing --delete")
+    assert "the real run would be refused" in error and "Traceback" not in proc.stderr
+    assert sides.read() == before
+    # explicit consent
+    report = sync(sides.source, sides.destination, delete=True, max_delete=str(count))
+    assert (report.deleted, report.transferred) == (count, 2)
+    assert sides.read() == SOURCE_FILES
+
+
+def test_the_issues_model_prefix_survives_a_two_file_folder(s3_env, bucket, tmp_path):
+    """A --delete sync of a 2-file folder onto a published model's prefix of 8 objects deleted 6
+    of them with exit 0; now the CLI refuses (exit 2), names the counts and the fix, and changes
+    nothing; a data set that lost up to half its files still syncs by default."""
+    published = {f"part-{i}.bin": f"published {i}".encode() for i in range(6)}
+    published |= {"weights.pt": b"old weights", "model.json": b'{"arch": "old"}'}
+    sides = _sides("upload", published, s3_env, bucket, tmp_path)
+    proc = _cli(sides.source, sides.destination, "--delete", "-q")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "refusing --delete: it would remove 6 of the 8 objects in " in proc.stderr
+    assert sides.destination in proc.stderr and "--max-delete 6" in proc.stderr
+    assert "look first with --dry-run" in proc.stderr
+    assert sides.read() == published  # not even the 2 changed files were uploaded
+    proc = _cli(sides.source, sides.destination, "--delete", "--max-delete", "6", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert sides.read() == SOURCE_FILES
+    # half of a destination may still go without --max-delete
+    lost = tmp_path / "lost"
+    _fill(lost, 4, prefix="data")
+    kept = {f"data/{i:03d}.png": f"data {i}".encode() for i in range(2)}
+    put_objects(s3_env.client(), bucket, {f"set/{rel}": body for rel, body in kept.items()})
+    report = sync(f"s3://{bucket}/set", lost, delete=True)
+    assert report.deleted == 2 and read_tree(lost) == kept
+
+
 @pytest.mark.parametrize("value", ["lots", "-1", "101%", "%", "1.5", -3, True, "5 %x"])
 def test_bad_max_delete_values_name_the_knob(value, tmp_path):
     with pytest.raises(S3SyncUsageError, match="max_delete="):
@@ -154,16 +264,23 @@ def test_max_delete_without_delete_is_a_mistake(tmp_path):
 @pytest.mark.parametrize(
     ("value", "deletions", "existing", "allowed"),
     [
-        (None, 10, 11, True),  # within the 10 always allowed
-        (None, 11, 20, False),
-        (None, 11, 22, True),  # half
         (None, 0, 0, True),
+        (None, 0, 1, True),
+        (None, 1, 1, False),  # never all of it, however small
+        (None, 1, 2, True),  # half
+        (None, 2, 2, False),
+        (None, 4, 8, True),
+        (None, 5, 8, False),
+        (None, 6, 8, False),  # the issue: a 2-file folder onto a model prefix of 8 objects
+        (None, 10, 11, False),  # no floor of 10 files any more
+        (None, 11, 22, True),
         (0, 0, 5, True),
         (0, 1, 5, False),
         ("7", 7, 7, True),
         ("25%", 25, 100, True),
-        ("25%", 3, 10, False),  # explicit percentages have no allowance of 10
+        ("25%", 3, 10, False),
         ("100%", 60, 60, True),
+        ("100%", 1, 1, True),
     ],
 )
 def test_delete_limit_arithmetic(value, deletions, existing, allowed):

@@ -81,7 +81,8 @@ def test_cli_dry_run_lists_each_path(s3_env, bucket, tmp_path):
     dest = tmp_path / "dest"
     dest.mkdir()
     (dest / "old.txt").write_bytes(b"old")
-    proc = _cli(f"s3://{bucket}/c", str(dest), "--delete", "--dry-run", "-q")
+    # old.txt is all the destination holds: deleting it takes consent (delete_guard.py)
+    proc = _cli(f"s3://{bucket}/c", str(dest), "--delete", "--max-delete", "1", "--dry-run", "-q")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("s3-sync: would transfer 2 of 2 files")
     lines = proc.stderr.splitlines()

@@ -51,9 +51,10 @@ def test_upload_delete_stays_under_prefix(model_dir, s3_env, bucket):
     client.put_object(Bucket=bucket, Key="models/run-1/old.bin", Body=b"old")
     client.put_object(Bucket=bucket, Key="models/run-10/keep.bin", Body=b"sibling prefix")
     client.put_object(Bucket=bucket, Key="models/other.bin", Body=b"outside")
-    dry = sync(model_dir, f"s3://{bucket}/models/run-1", delete=True, dry_run=True)
+    # old.bin is all the prefix holds: deleting it takes consent (delete_guard.py)
+    dry = sync(model_dir, f"s3://{bucket}/models/run-1", delete=True, max_delete=1, dry_run=True)
     assert dry.deleted == 1 and "models/run-1/old.bin" in list_keys(client, bucket)
-    report = sync(model_dir, f"s3://{bucket}/models/run-1", delete=True)
+    report = sync(model_dir, f"s3://{bucket}/models/run-1", delete=True, max_delete=1)
     keys = list_keys(client, bucket)
     assert report.deleted == 1 and "models/run-1/old.bin" not in keys
     assert keys["models/run-10/keep.bin"] == b"sibling prefix"
