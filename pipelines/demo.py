@@ -16,7 +16,9 @@
 
 A second run is incremental: the data set, the S3 server's storage and the workspace stay under
 ``<output>``, so nothing is transferred again, and training resumes its finished checkpoint (same
-data, same settings) instead of starting again. ``--fresh`` starts from scratch.
+data, same settings) instead of starting again. ``--fresh`` starts from scratch: it removes what
+the demo made, and only from a folder the demo made (its marker file is there); a non-empty
+folder without the marker is refused and left as it is (exit 2).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,71 @@ STORAGE_NOTES = {
     ),
     "shared-volume": " (the steps and the nodes share a workspace folder, like a RWX claim)",
 }
+EXIT_REFUSED = 2
+"""The output folder is not the demo's to clear (``--fresh``); nothing was deleted."""
+
+
+class OutputRefused(Exception):
+    """``--output`` cannot be used as asked; the message names the folder, why, and the fix."""
+
+
+@dataclass(frozen=True)
+class DemoOutput:
+    """The demo's output folder and everything it makes there (``--fresh`` removes these only)."""
+
+    root: Path
+
+    MARKER = ".kfp-ddp-demo"
+    """Written when the demo creates the folder (or finds it empty): the folder is the demo's."""
+    ENTRIES = ("dataset", "s3-data", "workspace", "kfp-runs", "logs", "summary.json", "report.html")
+    """What the demo writes under ``root``, by name."""
+
+    @property
+    def marker(self) -> Path:
+        return self.root / self.MARKER
+
+    def __truediv__(self, entry: str) -> Path:
+        if entry not in self.ENTRIES:
+            raise KeyError(f"{entry!r} is not one of the demo's entries {self.ENTRIES}")
+        return self.root / entry
+
+    def is_marked(self) -> bool:
+        return self.marker.is_file() and not self.marker.is_symlink()
+
+    def prepare(self, *, fresh: bool) -> None:
+        """Create the folder (marked), or reuse it; with ``fresh``, clear what the demo made.
+
+        Raises OutputRefused (nothing deleted) when ``fresh`` meets a folder the demo did not
+        make: it exists, is not empty and has no marker — or is not a folder at all.
+        """
+        root = self.root
+        if root.exists() and not root.is_dir():
+            raise OutputRefused(f"--output {root}: it exists and is not a folder; pick a folder")
+        empty = not root.exists() or not any(root.iterdir())
+        if fresh and not empty:
+            if not self.is_marked():
+                raise OutputRefused(
+                    f"--fresh refuses to clear {root}: it is not empty and has no {self.MARKER} "
+                    "file, so the demo did not make it (or made it before the marker existed); "
+                    "nothing was deleted. Pick another --output, or delete the folder yourself "
+                    "if nothing in it is needed."
+                )
+            self.clear()
+        root.mkdir(parents=True, exist_ok=True)
+        if empty or fresh:
+            self.marker.write_text(
+                "Made by `python -m pipelines.demo`; `--fresh` removes only: "
+                f"{', '.join(self.ENTRIES)}.\n"
+            )
+
+    def clear(self) -> None:
+        """Remove the demo's entries (a link is removed, never followed); leave anything else."""
+        for entry in self.ENTRIES:
+            path = self.root / entry
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -52,7 +120,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64, help="per process (default 64)")
     parser.add_argument("--lr", type=float, default=0.1, help="base LR per 256 images (0.1)")
     parser.add_argument("--threshold", type=float, default=0.95, help="publish gate (0.95)")
-    parser.add_argument("--fresh", action="store_true", help="delete earlier demo state first")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="remove what an earlier demo run left in --output first (only in a folder the "
+        f"demo made: it holds {DemoOutput.MARKER})",
+    )
     parser.add_argument(
         "--storage",
         choices=("object-store", "shared-volume"),
@@ -81,10 +154,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     from pipelines.local_run import run_local
 
     started = time.monotonic()
-    output = args.output.resolve()
-    if args.fresh and output.exists():
-        shutil.rmtree(output)
-    output.mkdir(parents=True, exist_ok=True)
+    output = DemoOutput(args.output.resolve())
+    output.prepare(fresh=args.fresh)
     dataset = output / "dataset"
     counts = write_digits_image_folder(dataset)
     print(f"data set: {counts['train']} train / {counts['val']} val digits under {dataset}")
@@ -229,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
         summary = run_demo(args)
+    except OutputRefused as exc:
+        print(f"demo: error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     except KeyboardInterrupt:
         _wait_for_children()
         print("demo interrupted; the local S3 server was stopped", file=sys.stderr)
