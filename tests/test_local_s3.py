@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from kfp_ddp.local_s3 import LocalS3Server, find_weed_binary
+from kfp_ddp.local_s3 import LocalS3Server, LocalS3StorageError, find_weed_binary
 
 
 def _alive(pid: int) -> bool:
@@ -84,3 +86,56 @@ def test_stopped_by_pid_also_on_exceptions():
         raise RuntimeError("boom")
     assert not _alive(pid) and not tmp.exists() and server.pid is None
     server.stop()  # idempotent
+
+
+def test_hundreds_of_buckets_take_writes_whatever_the_disk():
+    """weed mini sizes its volume slots from the free disk, and every bucket needs a volume:
+    with 40 GB free the 40th bucket refused writes. The server sizes them itself."""
+    buckets = [f"many-{i:03d}" for i in range(210)]
+    with LocalS3Server() as server:
+        client = server.client(max_pool_connections=16, retries={"max_attempts": 1})
+
+        def write_and_read(name: str) -> bytes:
+            client.create_bucket(Bucket=name)
+            client.put_object(Bucket=name, Key="k", Body=name.encode())
+            return client.get_object(Bucket=name, Key="k")["Body"].read()
+
+        with ThreadPoolExecutor(16) as pool:
+            assert list(pool.map(write_and_read, buckets)) == [b.encode() for b in buckets]
+        assert server.storage_problem() is None
+
+
+def test_a_refused_write_says_why():
+    with LocalS3Server(max_volumes=2) as server:
+        client = server.client(retries={"max_attempts": 1})
+        for name in ("slot-a", "slot-b"):
+            client.put_object(Bucket=server.create_bucket(name), Key="k", Body=b"v")
+        with pytest.raises(ClientError) as err:
+            client.put_object(Bucket=server.create_bucket("slot-c"), Key="k", Body=b"v")
+        assert "max_volumes=2" in str(err.value)
+        assert "max_volumes=2" in server.storage_problem()
+        # deleting a bucket frees its slot (and the server's own metadata log needs one to
+        # stop cleanly)
+        for name in ("slot-a", "slot-b"):
+            client.delete_object(Bucket=name, Key="k")
+            client.delete_bucket(Bucket=name)
+        client.put_object(Bucket="slot-c", Key="k", Body=b"v")
+
+
+def test_too_small_a_disk_is_named_at_start(tmp_path):
+    free_mb = shutil.disk_usage(tmp_path).free // 2**20
+    server = LocalS3Server(data_dir=tmp_path / "s3", min_free_mb=free_mb + 1024)
+    with pytest.raises(LocalS3StorageError) as err:
+        server.start()
+    message = str(err.value)
+    assert str(tmp_path / "s3") in message and "MiB free" in message
+    assert f"min_free_mb={free_mb + 1024}" in message
+    assert server.pid is None and not server.running
+
+
+@pytest.mark.parametrize(
+    ("knob", "value"), [("volume_size_mb", 0), ("max_volumes", -1), ("min_free_mb", "1")]
+)
+def test_storage_knobs_are_checked(knob, value):
+    with pytest.raises(ValueError, match=f"{knob}={value!r}"):
+        LocalS3Server(**{knob: value})
