@@ -157,6 +157,14 @@ class TrainConfig:
     tensorboard_dir: str | None = None
     """Folder of TensorBoard event files, written by rank 0 (default: OUTPUT_DIR/tensorboard,
     uploaded with --output-uri); none: no event files."""
+    progress_report_interval_s: float = 30.0
+    """Where Kubeflow Trainer asks for progress reports (its TrainJobStatus feature gate sets
+    KUBEFLOW_TRAINER_SERVER_URL in the pod), rank 0 sends progress %, ETA, loss, accuracy and
+    images/s to the TrainJob's status.trainerStatus at most every this many seconds (at least 1;
+    Kubeflow's own clients use 5), and a final report at the end; 0: never."""
+    progress_report_timeout_s: float = 5.0
+    """Timeout (seconds) of one progress report (connect, TLS, answer), and the most the end of
+    the run waits for the final one."""
 
     def __post_init__(self) -> None:
         _coerce_types(self)
@@ -275,10 +283,29 @@ def _check_ranges(cfg: TrainConfig) -> None:
     _in_range(cfg, "momentum", 0.0, 1.0, "a number in [0, 1)", open_high=True)
     _in_range(cfg, "label_smoothing", 0.0, 1.0, "a number in [0, 1)", open_high=True)
     _in_range(cfg, "val_fraction", 0.0, 1.0, "a number in (0, 1)", open_low=True, open_high=True)
+    _check_progress_reports(cfg)
     for name in ("init_timeout_s", "collective_timeout_s", "checkpoint_upload_timeout_s"):
         _in_range(cfg, name, 0.0, None, "a positive number of seconds", open_low=True)
     if cfg.grad_clip_norm is not None:
         _in_range(cfg, "grad_clip_norm", 0.0, None, "a positive number", open_low=True)
+
+
+def _check_progress_reports(cfg: TrainConfig) -> None:
+    allowed = "0 (never) or 1..86400 seconds"
+    _in_range(cfg, "progress_report_interval_s", 0.0, 86400.0, allowed)
+    if 0 < cfg.progress_report_interval_s < 1:
+        raise ConfigError(
+            f"--progress-report-interval-s {cfg.progress_report_interval_s!r} is too short; it "
+            f"must be {allowed}"
+        )
+    _in_range(
+        cfg,
+        "progress_report_timeout_s",
+        0.0,
+        300.0,
+        "a number of seconds in (0, 300]",
+        open_low=True,
+    )
 
 
 def _check_model_and_paths(cfg: TrainConfig) -> None:

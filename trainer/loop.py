@@ -13,7 +13,9 @@ the batches already consumed.
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,9 +46,14 @@ from trainer.run_log import RunLog, duration
 from trainer.tensorboard_log import NO_TENSORBOARD, NoTensorBoard, tensorboard_log
 from trainer.validation import Validator, replicas_in_sync
 
-if TYPE_CHECKING:  # imported only with --checkpoint-uri: they bring the S3 sync
+if TYPE_CHECKING:  # imported only when used: with --checkpoint-uri (the S3 sync), or reports
     from trainer.remote_checkpoints import RemoteCheckpoints
     from trainer.s3_mirror import CheckpointMirror
+    from trainer.trainjob_status import StatusReporter
+
+STATUS_URL_VARIABLE = "KUBEFLOW_TRAINER_SERVER_URL"
+"""Set by Kubeflow Trainer in every trainer container when it takes progress reports (its
+TrainJobStatus feature gate); without it :mod:`trainer.trainjob_status` is not even imported."""
 
 
 class Trainer:
@@ -59,9 +66,10 @@ class Trainer:
         device: torch.device,
         control_group,
         stop: StopRequest,
+        environ: Mapping[str, str] = os.environ,
     ):
         self.cfg, self.env, self.device = config, env, device
-        self.group, self.stop = control_group, stop
+        self.group, self.stop, self.environ = control_group, stop, environ
         self.started = time.perf_counter()
         self.output_dir = Path(config.output_dir)
         self.precision = Precision.resolve(config.precision, device)
@@ -84,6 +92,8 @@ class Trainer:
         """Opened when training begins: a refused config or a finished run writes no file."""
         self.mirror: CheckpointMirror | None = None
         """Rank 0's upload of checkpoints to --checkpoint-uri (set up by resume())."""
+        self.status: StatusReporter | None = None
+        """Rank 0's progress reports to Kubeflow Trainer (set up by begin_loop())."""
         # Set by setup():
         self.inputs: DataParts
         self.plan: RunPlan
@@ -101,6 +111,8 @@ class Trainer:
             self.metrics.close()
             if self.mirror is not None:
                 self.mirror.close(self.cfg.checkpoint_upload_timeout_s)
+            if self.status is not None:
+                self.status.close()
 
     def _run(self) -> int:
         self.setup()
@@ -231,6 +243,13 @@ class Trainer:
         self.tensorboard = tensorboard_log(
             cfg.tensorboard_path, is_main=env.is_main, device=self.device, log=self.log
         )
+        self.status = self._trainjob_status()
+        history = state.history
+        self.report_progress(
+            loss=history.get("train_loss"),
+            val_loss=history.get("val_loss"),
+            val_accuracy=history.get("val_accuracy"),
+        )
         state.first_step = state.step
         state.loop_started = state.mark = time.perf_counter()
         state.window = LogWindow.open(state.paused_s, self.device)
@@ -240,6 +259,20 @@ class Trainer:
             total_steps=plan.total_steps,
             restarts=state.restarts,
             resumed_from=state.resumed_from,
+        )
+
+    def _trainjob_status(self) -> StatusReporter | None:
+        """Rank 0's progress reports, where Kubeflow Trainer gave the pod its status server."""
+        interval = self.cfg.progress_report_interval_s
+        if not (self.env.is_main and interval and self.environ.get(STATUS_URL_VARIABLE)):
+            return None
+        from trainer.trainjob_status import status_reporter
+
+        return status_reporter(
+            self.environ,
+            interval_s=interval,
+            timeout_s=self.cfg.progress_report_timeout_s,
+            log=self.log,
         )
 
     # ----------------------------------------------------------------------------- one step
@@ -353,6 +386,9 @@ class Trainer:
         lr = self.parts.optimizer.param_groups[0]["lr"]
         state.history["train_loss"] = mean_loss
         self.metrics.window_logged(loss=mean_loss, lr=lr, images_per_sec=images_per_sec)
+        self.report_progress(
+            eta_s=eta, loss=mean_loss, learning_rate=lr, images_per_second=images_per_sec
+        )
         self.tensorboard.window(
             step=state.step,
             epoch=state.epoch,
@@ -389,6 +425,7 @@ class Trainer:
         if val_loss is None or val_accuracy is None:
             return
         state.history.update(val_loss=val_loss, val_accuracy=val_accuracy)
+        self.report_progress(val_loss=val_loss, val_accuracy=val_accuracy)
         self.tensorboard.validation(step=state.step, loss=val_loss, accuracy=val_accuracy)
         self.log.record(
             {
@@ -402,6 +439,23 @@ class Trainer:
         self.log.line(
             f"epoch {state.epoch} step {state.step}: val_loss {val_loss:.4f} "
             f"val_acc {val_accuracy:.4f}"
+        )
+
+    def report_progress(
+        self, *, eta_s: float | None = None, final: bool = False, **figures: float | None
+    ) -> None:
+        """Hand the latest figures to the progress reports (rank 0, when Kubeflow Trainer takes
+        them); the reporter's thread sends them, at most every --progress-report-interval-s."""
+        if self.status is None:
+            return
+        state = self.state
+        self.status.update(
+            step=state.step,
+            total_steps=self.plan.total_steps,
+            eta_s=eta_s,
+            final=final,
+            epoch=state.epoch,
+            **figures,
         )
 
     def save(self, reason: str) -> None:
@@ -473,6 +527,7 @@ class Trainer:
             self.export()
             summary = self.summary(train_seconds, in_sync)
             write_json_atomic(self.output_dir / "summary.json", summary)
+            self.report_progress(final=True)  # 100 %: sent now, while the outputs upload
             self.log.line(
                 f"done: {state.step} steps, val_acc {summary['val_accuracy']}, "
                 f"{summary['images_per_sec']} img/s, wall {summary['wall_time_s']}s"

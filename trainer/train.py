@@ -132,7 +132,7 @@ def run_training(config: TrainConfig, environ: typing.Mapping[str, str] = os.env
         config = settle_for_device(config, device, env)
         configure_backends(config, device, env)
         control_group = init_process_group(env, device, config.init_timeout_s)
-        return Trainer(config, env, device, control_group, stop).run()
+        return Trainer(config, env, device, control_group, stop, environ).run()
     except TrainerError as err:
         _error(err)
         if not err.on_another_rank:
