@@ -163,8 +163,8 @@ class TrainConfig:
     images/s to the TrainJob's status.trainerStatus at most every this many seconds (at least 1;
     Kubeflow's own clients use 5), and a final report at the end; 0: never."""
     progress_report_timeout_s: float = 5.0
-    """Timeout (seconds) of one progress report (connect, TLS, answer), and the most the end of
-    the run waits for the final one."""
+    """Timeout (seconds) of each step of a progress report (connect, TLS, answer); the end of the
+    run waits for the final report at most this long after a report in flight."""
 
     def __post_init__(self) -> None:
         _coerce_types(self)

@@ -23,8 +23,9 @@ Kubeflow's own clients send at most one report every 5 s.
 leaves a snapshot in a one-item slot (a newer snapshot replaces one not sent yet). A thread of its
 own sends at most one report per ``--progress-report-interval-s``, each bounded by
 ``--progress-report-timeout-s``. A failed report is logged (the first of a streak) and never
-reaches training; the final one (100 %, ETA 0) goes out at once and the end of the run waits for
-it at most one timeout, so a hung server delays nothing else.
+reaches training. The final one (100 %, ETA 0) goes out at once, after a report in flight if
+there is one (reports never overtake each other, so the status never goes back), and the end of
+the run waits for it at most one timeout more: a hung server delays nothing else.
 """
 
 from __future__ import annotations
@@ -181,12 +182,8 @@ class StatusReporter:
     def __init__(
         self, endpoint: StatusEndpoint, *, interval_s: float, timeout_s: float, log: RunLog
     ):
-        self.endpoint, self.interval_s, self.timeout_s, self.log = (
-            endpoint,
-            interval_s,
-            timeout_s,
-            log,
-        )
+        self.endpoint, self.log = endpoint, log
+        self.interval_s, self.timeout_s = interval_s, timeout_s
         self.sent = 0
         self.failed = 0
         self.last_problem: str | None = None
@@ -198,6 +195,7 @@ class StatusReporter:
         self._pending: Progress | None = None
         self._closing = False
         self._final_asked = False
+        self._final_started = threading.Event()
         self._final_done = threading.Event()
         self._final_problem: str | None = None
         self._thread = threading.Thread(target=self._work, name="trainjob-status", daemon=True)
@@ -232,7 +230,8 @@ class StatusReporter:
             self._slot.notify()
 
     def close(self) -> None:
-        """Stop the thread; wait for the final report (if one was asked for) up to a timeout.
+        """Stop the thread; wait for the final report, if one was asked for: it follows a report
+        in flight (which ends within its own timeout) and gets one timeout of its own.
 
         Logs one line at most: what became of the final report, or a tally of failures.
         """
@@ -240,7 +239,10 @@ class StatusReporter:
             self._closing = True
             final_asked = self._final_asked
             self._slot.notify()
-        answered = self._final_done.wait(self.timeout_s) if final_asked else True
+        answered = True
+        if final_asked:
+            started = self._final_started.wait(self.timeout_s + 1.0)
+            answered = started and self._final_done.wait(self.timeout_s)
         tally = f"{self.sent} went through, {self.failed} failed"
         kept = "the TrainJob's status.trainerStatus keeps an earlier one"
         if not answered:
@@ -270,6 +272,8 @@ class StatusReporter:
                     self._slot.wait(wait)
                 progress, self._pending = self._pending, None
             assert progress is not None
+            if progress.final:
+                self._final_started.set()
             problem = self._send(progress)
             next_at = time.monotonic() + self.interval_s
             if progress.final:

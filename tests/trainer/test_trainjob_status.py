@@ -151,16 +151,19 @@ def test_kubectl_reads_the_progress_with_jsonpath(k8s, tmp_path):
 
     percent = "jsonpath={.status.trainerStatus.progressPercentage}"
     assert get(name, "-o", percent) == "45"
+    assert get(name, "-o", percent + '{"\\n"}') == "45\n"
     eta = "jsonpath={.status.trainerStatus.estimatedRemainingSeconds}"
     assert get(name, "-o", eta) == "754"
     loss = 'jsonpath={.status.trainerStatus.metrics[?(@.name=="loss")].value}'
     assert get(name, "-o", loss) == "0.25"
     columns = (
-        "custom-columns=NAME:.metadata.name,PROGRESS:.status.trainerStatus.progressPercentage,"
+        "custom-columns=NAME:.metadata.name,STATE:.status.conditions[-1:].type,"
+        "PROGRESS:.status.trainerStatus.progressPercentage,"
         "ETA-S:.status.trainerStatus.estimatedRemainingSeconds"
     )
     table = get("-o", columns).split()
-    assert table == ["NAME", "PROGRESS", "ETA-S", name, "45", "754"]
+    assert table[:5] == ["NAME", "STATE", "PROGRESS", "ETA-S", name], table
+    assert table[6:] == ["45", "754"], table  # table[5]: the state, or <none> before one
 
 
 @pytest.mark.parametrize(
@@ -253,9 +256,9 @@ def test_a_failing_or_hung_server_neither_fails_nor_slows_training(
     assert reported["steps"] == base["steps"] == 48
     # A report that blocked the loop would cost it a whole timeout.
     assert reported["train_time_s"] < base["train_time_s"] + 0.6 * timeout, (base, reported)
-    # The end waits for the final report at most one timeout.
+    # The end waits for a report in flight (one timeout at most), then the final one (another).
     tail, base_tail = wall - reported["wall_time_s"], base_wall - base["wall_time_s"]
-    assert tail < base_tail + timeout + 2.0, (tail, base_tail)
+    assert tail < base_tail + 2 * timeout + 2.0, (tail, base_tail)
     if misbehaving == "hangs":
         assert connections >= 1
         assert "TimeoutError" in printed or "timed out" in printed, printed
@@ -417,3 +420,35 @@ def test_only_the_latest_figures_wait_and_the_final_report_goes_out_at_once(tmp_
     final = server.requests[-1].trainer_status
     assert final["progressPercentage"] == 100 and final["estimatedRemainingSeconds"] == 0
     assert reporter.sent == 3 and reporter.failed == 0
+
+
+def test_a_report_hung_in_flight_does_not_cost_the_final_one(tmp_path, ca):
+    """The first report's answer never comes in time; the final one still goes through."""
+    from trainer.run_log import RunLog
+
+    authority, ca_file = ca
+    timeout = 1.5
+    answer = answering(200)
+
+    def slow_first(request):
+        if len(requests) == 1:  # the first request: answered after the client gave up
+            time.sleep(2 * timeout)
+        return answer(request)
+
+    with StatusServer(tmp_path / "server", authority, slow_first) as server:
+        requests = server.requests
+        endpoint = StatusEndpoint(
+            url=server.url("ns", "job"), token_file=tmp_path / "token", ca_file=ca_file
+        )
+        reporter = StatusReporter(
+            endpoint, interval_s=60.0, timeout_s=timeout, log=RunLog(tmp_path, is_main=True)
+        )
+        reporter.update(step=1, total_steps=10, loss=1.0)
+        deadline = time.monotonic() + 10
+        while not requests and time.monotonic() < deadline:
+            time.sleep(0.02)
+        reporter.update(step=10, total_steps=10, final=True)
+        reporter.close()
+        assert (reporter.sent, reporter.failed) == (1, 1), reporter.last_problem
+        assert "timed out" in str(reporter.last_problem)
+    assert [r.trainer_status["progressPercentage"] for r in server.requests] == [10, 100]
