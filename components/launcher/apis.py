@@ -118,7 +118,11 @@ TRAINJOB = JobApi(
     plural="trainjobs",
     container=trainjob.TRAINER_NODE,
     pod_job_label="jobset.sigs.k8s.io/jobset-name",
-    replica_labels=("jobset.sigs.k8s.io/replicatedjob-name", "jobset.sigs.k8s.io/job-index"),
+    # One Job per replicated job; its pods are the nodes, told apart by their completion index.
+    replica_labels=(
+        "jobset.sigs.k8s.io/replicatedjob-name",
+        "batch.kubernetes.io/job-completion-index",
+    ),
     succeeded_condition="Complete",
     install=(
         "install Kubeflow Trainer v2 with its runtimes (kubectl apply --server-side -k "

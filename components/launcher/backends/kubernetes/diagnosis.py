@@ -25,6 +25,9 @@ WAITING_ERRORS = {
 }
 
 
+SIGTERM_EXIT = 143
+
+
 @dataclass(frozen=True)
 class PodProblem:
     """What is wrong with one pod; ``severity`` 0 means nothing found."""
@@ -44,7 +47,10 @@ def pod_problem(pod: Any, container: str) -> PodProblem:
             if terminated is not None and terminated.exit_code:
                 reason = terminated.reason or "Error"
                 text = f"{reason} (exit code {terminated.exit_code}){when}"
-                return PodProblem(3, text, terminated.exit_code)
+                # SIGTERM (143): stopped by the cluster — often because another pod failed and
+                # its Job's pods were deleted; a crash elsewhere is the likelier cause.
+                severity = 2 if terminated.exit_code == SIGTERM_EXIT else 3
+                return PodProblem(severity, text, terminated.exit_code)
         waiting = status.state.waiting if status.state else None
         if waiting is not None and waiting.reason in WAITING_ERRORS:
             return PodProblem(3, f"{waiting.reason}: {waiting.message or ''}".rstrip(": "))
@@ -84,25 +90,21 @@ class Diagnosis:
         warnings = [f"{e.reason}: {e.message}" for e in events if (e.type or "Warning") != "Normal"]
         return warnings[-3:]
 
-    def fresh(self, pod: Any) -> Any:
-        """The pod as the API has it now (falls back to what we have)."""
-        try:
-            return self.clients.core.read_namespaced_pod(pod.metadata.name, self.namespace)
-        except Exception:  # noqa: BLE001 - diagnosis is best effort
-            return pod
-
     def worst_pod(self, follower: PodFollower) -> tuple[Any, PodProblem] | None:
-        """The pod with the most severe problem (read fresh), or None."""
+        """The pod with the most severe problem: the job's pods as the API lists them now, and
+        the last state of those the follower saw that are gone since (the Job controller deletes
+        the pods of a Job that failed)."""
         selector = f"{self.api.pod_job_label}={follower.job_name}"
         try:
-            pods = self.clients.core.list_namespaced_pod(
+            listed = self.clients.core.list_namespaced_pod(
                 self.namespace, label_selector=selector
             ).items
-        except Exception:  # noqa: BLE001
-            pods = [s.pod for s in follower.snapshot()]
+        except Exception:  # noqa: BLE001 - diagnosis is best effort
+            listed = []
+        pods = {state.pod.metadata.uid: state.pod for state in follower.seen()}
+        pods.update({pod.metadata.uid: pod for pod in listed})
         worst: tuple[Any, PodProblem] | None = None
-        for listed in pods:
-            pod = self.fresh(listed)
+        for pod in pods.values():
             problem = pod_problem(pod, self.api.container)
             if problem.severity and (worst is None or problem.severity > worst[1].severity):
                 worst = (pod, problem)

@@ -22,12 +22,15 @@ RBAC_HINT = "components/launcher/rbac.yaml (python -m components.launcher rbac)"
 def preflight(clients: Clients, spec: TrainSpec, api: JobApi, note: Callable[[str], None]) -> None:
     """Raise PreflightError naming what is missing and how to fix it."""
     namespaced_runtime = api.name == "trainjob" and spec.runtime_kind == "TrainingRuntime"
+    readable = check_namespace(clients, spec.namespace)
     if api.name == "trainjob":
         check_runtime(clients, spec, note)
     check_permissions(
-        clients, spec.namespace, required_permissions(api, namespaced_runtime=namespaced_runtime)
+        clients,
+        spec.namespace,
+        required_permissions(api, namespaced_runtime=namespaced_runtime),
+        namespace_readable=readable,
     )
-    check_namespace(clients, spec.namespace)
 
 
 def check_runtime(clients: Clients, spec: TrainSpec, note: Callable[[str], None]) -> None:
@@ -59,7 +62,15 @@ def check_runtime(clients: Clients, spec: TrainSpec, note: Callable[[str], None]
         raise PreflightError(f"reading {kind} {name!r} failed: {exc}") from exc
 
 
-def check_permissions(clients: Clients, namespace: str, needed: tuple[Permission, ...]) -> None:
+def check_permissions(
+    clients: Clients,
+    namespace: str,
+    needed: tuple[Permission, ...],
+    *,
+    namespace_readable: bool = True,
+) -> None:
+    """Every permission in ``needed`` is granted in ``namespace`` (a SelfSubjectAccessReview
+    each). ``namespace_readable`` False: we could not tell whether the namespace exists."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
@@ -87,15 +98,24 @@ def check_permissions(clients: Clients, namespace: str, needed: tuple[Permission
             ) from exc
         if not answer.status.allowed:
             denied.append(f"{verb} {resource}" + (f" ({group})" if group else ""))
-    if denied:
+    if not denied:
+        return
+    if len(denied) == len(needed) and not namespace_readable:
         raise PreflightError(
-            f"this service account may not: {', '.join(denied)} in namespace {namespace!r}. "
-            f"Apply {RBAC_HINT} (a Role + RoleBinding for the pipeline's service account) in "
-            f"{namespace!r}"
+            f"nothing is allowed in namespace {namespace!r}: it does not exist, or this service "
+            f"account has no Role there. Check the namespace (TrainSpec.namespace / the "
+            f"pipeline's namespace parameter), or apply {RBAC_HINT} in it"
         )
+    raise PreflightError(
+        f"this service account may not: {', '.join(denied)} in namespace {namespace!r}. "
+        f"Apply {RBAC_HINT} (a Role + RoleBinding for the pipeline's service account) in "
+        f"{namespace!r}"
+    )
 
 
-def check_namespace(clients: Clients, namespace: str) -> None:
+def check_namespace(clients: Clients, namespace: str) -> bool:
+    """The namespace exists (PreflightError if not); False when we may not read namespaces
+    (a namespaced Role cannot grant it) and so cannot tell."""
     from kubernetes.client.rest import ApiException
 
     try:
@@ -105,5 +125,7 @@ def check_namespace(clients: Clients, namespace: str) -> None:
             raise PreflightError(
                 f"namespace {namespace!r} does not exist: create it or set TrainSpec.namespace"
             ) from exc
-        if exc.status != 403:  # 403: may not read namespaces; create will tell (404) instead
-            raise PreflightError(f"reading namespace {namespace!r} failed: {exc}") from exc
+        if exc.status == 403:
+            return False
+        raise PreflightError(f"reading namespace {namespace!r} failed: {exc}") from exc
+    return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,11 @@ class JobHandle:
                 raise PreflightError(
                     f"namespace {spec.namespace!r} does not exist (create returned 404): create "
                     "it or set TrainSpec.namespace"
+                ) from exc
+            refusal = admission_refusal(exc)
+            if refusal:
+                raise PreflightError(
+                    f"the cluster refused {self.title}, nothing was submitted: {refusal}"
                 ) from exc
             if exc.status == 403:
                 raise PreflightError(
@@ -131,6 +137,25 @@ def delete_job(
         return False
     note(f"deleted {api.kind} {namespace}/{name} ({why})")
     return True
+
+
+def status_message(exc: Any) -> str:
+    """The message of the API server's ``Status`` answer (the raw body if it is not one)."""
+    body = getattr(exc, "body", "") or ""
+    try:
+        return str(json.loads(body).get("message") or body)
+    except (ValueError, AttributeError):
+        return str(body)
+
+
+def admission_refusal(exc: Any) -> str | None:
+    """What refused the object, when it was not RBAC: an admission webhook (the Trainer's or the
+    Training Operator's), the CRD's schema or CEL rules (422), a policy. RBAC's own 403 says
+    ``cannot <verb> resource``."""
+    message = status_message(exc)
+    if exc.status == 422 or "admission webhook" in message or "denied the request" in message:
+        return message
+    return None
 
 
 def _reason(exc: Any) -> str:
