@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import secrets
 import socket
 import time
@@ -64,6 +65,28 @@ ROTATOR_MOUNT_CHECK = Path("/tmp/k8s-webhook-server/serving-certs/tls.crt")
 """The rotator waits until this file exists (where a kubelet would mount the Secret; the path is
 fixed in its code, whatever $TMPDIR says). Only its existence is checked: the webhook server
 itself serves the files under the plane's own $TMPDIR."""
+
+
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        # Creates keep the object as the client sent it (what was submitted, byte for byte).
+        {
+            "level": "Request",
+            "verbs": ["create"],
+            "resources": [
+                {"group": "trainer.kubeflow.org"},
+                {"group": "kubeflow.org"},
+                {"group": "monitoring.coreos.com"},
+                {"group": "", "resources": ["services"]},
+            ],
+        },
+        {"level": "Metadata"},
+    ],
+}
+"""Who called what (RBAC checks read it); the bodies of job and monitoring creates."""
 
 
 def free_ports(count: int) -> list[int]:
@@ -135,6 +158,28 @@ class ControlPlane:
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: every request, by whom; creates with their bodies."""
+        return self.folder / "audit.log"
+
+    def audit_events(self, *, user: str | None = None, namespace: str | None = None) -> list[dict]:
+        """The audit events (stage ResponseComplete) of ``user`` in ``namespace``."""
+        events = []
+        if not self.audit_log.is_file():
+            return events
+        for line in self.audit_log.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("stage") != "ResponseComplete":
+                continue
+            if user is not None and event.get("user", {}).get("username") != user:
+                continue
+            ref = event.get("objectRef") or {}
+            if namespace is not None and ref.get("namespace") != namespace:
+                continue
+            events.append(event)
+        return events
 
     @property
     def ca_file(self) -> Path:
@@ -214,6 +259,8 @@ class ControlPlane:
         serving = self.ca.server("kube-apiserver", ("kubernetes", "kubernetes.default.svc"))
         serving.write(folder / "apiserver-tls", "apiserver.crt", "apiserver.key")
         self.ca.pem.write(folder / "apiserver-tls", "ca.crt", "ca.key")
+        audit_policy = folder / "audit-policy.yaml"
+        audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
         tokens = folder / "tokens.csv"
         tokens.write_text(f'{self.admin_token},{ADMIN_USER},admin-uid,"system:masters"\n')
         apiserver = self._component(
@@ -236,6 +283,10 @@ class ControlPlane:
                 "--disable-admission-plugins=ServiceAccount",
                 "--allow-privileged=true",
                 "--kubelet-preferred-address-types=InternalIP",
+                f"--audit-policy-file={audit_policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
             ],
         )
         apiserver.wait_ready(f"{self.url}/readyz", token=self.admin_token, timeout=60)
@@ -485,6 +536,12 @@ class ControlPlane:
                 if time.monotonic() > deadline:
                     raise StartupError(f"CRD {name} was not removed within 60 s")
                 time.sleep(0.1)
+
+    def serve_only(self, groups: tuple[str, ...]) -> None:
+        """Serve the job CRDs of ``groups`` (of trainer, pytorchjob, tfjob) and no other."""
+        jobs = ("trainer", "pytorchjob", "tfjob")
+        self.delete_crds(tuple(g for g in jobs if g not in groups))
+        self.install_crds(groups)
 
     def _install_crds(self) -> None:
         groups = []

@@ -43,7 +43,22 @@ class LogStore:
 
     def __init__(self) -> None:
         self.runs: dict[tuple[str, str, str], list[ContainerLog]] = {}
+        self.drops: dict[tuple[str, str, str], int] = {}
+        """Per container: how many times its open follow streams were cut (a network drop)."""
+        self.uids: dict[tuple[str, str], str] = {}
+        """(namespace, pod name) → the uid whose logs ``runs`` holds."""
         self.changed = threading.Condition()
+
+    def adopt(self, namespace: str, pod: str, uid: str) -> None:
+        """A new pod under a name seen before (the Training Operator recreates pods under the
+        same name) starts with no logs."""
+        with self.changed:
+            if self.uids.get((namespace, pod), uid) != uid:
+                for key in [k for k in self.runs if k[:2] == (namespace, pod)]:
+                    self.runs[key][-1].ended = True
+                    del self.runs[key]
+            self.uids[(namespace, pod)] = uid
+            self.changed.notify_all()
 
     def current(self, key: tuple[str, str, str]) -> ContainerLog:
         runs = self.runs.setdefault(key, [])
@@ -62,6 +77,12 @@ class LogStore:
     def write(self, key: tuple[str, str, str], line: str) -> None:
         with self.changed:
             self.current(key).lines.append(line)
+            self.changed.notify_all()
+
+    def drop(self, key: tuple[str, str, str]) -> None:
+        """Cut the open follow streams of ``key`` (the container keeps running)."""
+        with self.changed:
+            self.drops[key] = self.drops.get(key, 0) + 1
             self.changed.notify_all()
 
     def end(self, key: tuple[str, str, str]) -> None:
@@ -98,9 +119,11 @@ class LogHandler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        run = self._run((match["ns"], match["pod"], match["container"]), query)
+        key = (match["ns"], match["pod"], match["container"])
+        run = self._run(key, query)
         with self.store.changed:
             lines = list(run.lines)
+            drops = self.store.drops.get(key, 0)
         if "tailLines" in query:
             tail = int(query["tailLines"])
             lines = lines[-tail:] if tail else []
@@ -110,7 +133,7 @@ class LogHandler(BaseHTTPRequestHandler):
         try:
             self._write(lines)
             if query.get("follow") == "true":
-                self._follow(run, len(run.lines))
+                self._follow(key, run, len(lines), drops)
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
             pass
 
@@ -125,13 +148,16 @@ class LogHandler(BaseHTTPRequestHandler):
             self.wfile.write("".join(f"{line}\n" for line in lines).encode())
             self.wfile.flush()
 
-    def _follow(self, run: ContainerLog, sent: int) -> None:
-        """Stream new lines as they are written, until the container run ends."""
+    def _follow(self, key: tuple[str, str, str], run: ContainerLog, sent: int, drops: int) -> None:
+        """Stream new lines as they are written, until the container run ends (or the
+        connection is cut by ``LogStore.drop``)."""
         store = self.store
         while True:
             with store.changed:
-                while len(run.lines) == sent and not run.ended:
+                while len(run.lines) == sent and not run.ended and store.drops.get(key, 0) == drops:
                     store.changed.wait(0.5)
+                if store.drops.get(key, 0) != drops:
+                    return
                 fresh, ended = run.lines[sent:], run.ended
             sent += len(fresh)
             self._write(fresh)
@@ -345,6 +371,7 @@ class FakeKubelet:
         run having exited with ``last_exit``.
         """
         self.bind(pod)
+        self.logs.adopt(pod.metadata.namespace, pod.metadata.name, pod.metadata.uid)
         for container in self._containers(pod):
             key = (pod.metadata.namespace, pod.metadata.name, container.name)
             if restarts:
@@ -363,6 +390,11 @@ class FakeKubelet:
         """``line`` written by the pod's (first) container."""
         name = container or self._containers(pod)[0].name
         self.logs.write((pod.metadata.namespace, pod.metadata.name, name), line)
+
+    def drop_log_streams(self, pod: Any, container: str | None = None) -> None:
+        """Cut the pod's open log streams, as a network or API server hiccup does."""
+        name = container or self._containers(pod)[0].name
+        self.logs.drop((pod.metadata.namespace, pod.metadata.name, name))
 
     def exit(self, pod: Any, code: int = 0, *, reason: str | None = None, restarts: int = 0) -> Any:
         """The containers exit with ``code``: the pod Succeeded (0) or Failed (otherwise), as under
@@ -466,7 +498,7 @@ class FakeKubelet:
         self.logs.end_pod(pod.metadata.namespace, pod.metadata.name)
         with contextlib.suppress(ApiException):
             if pod.status.phase not in ("Succeeded", "Failed"):
-                self.exit(pod, 143, reason="Error")
+                self._stop_containers(pod)
             self.core.delete_namespaced_pod(
                 pod.metadata.name,
                 pod.metadata.namespace,
@@ -475,3 +507,14 @@ class FakeKubelet:
                     preconditions=client.V1Preconditions(uid=pod.metadata.uid),
                 ),
             )
+
+    def _stop_containers(self, pod: Any) -> None:
+        """SIGTERM: running containers exit 143; restart counts and last states stay."""
+        statuses = self.api.sanitize_for_serialization(pod.status.container_statuses or [])
+        for status in statuses:
+            if "running" in (status.get("state") or {}):
+                status["state"] = {
+                    "terminated": {"exitCode": 143, "reason": "Error", "finishedAt": _now()}
+                }
+                status["ready"] = False
+        self._patch_status(pod, {"phase": "Failed", "containerStatuses": statuses})

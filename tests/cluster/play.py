@@ -60,6 +60,44 @@ class JobPods:
     def fresh(self, pod: Any) -> Any:
         return self.kubelet.core.read_namespaced_pod(pod.metadata.name, self.namespace)
 
+    def replacement(self, old: Any, timeout: float = 60.0) -> Any:
+        """The pod the controller created in place of ``old`` (same replica, another uid)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for pod in self.kubelet.pods(self.namespace, self.selector):
+                same = replica_key(pod)[:2] == replica_key(old)[:2]
+                if (
+                    same
+                    and pod.metadata.uid != old.metadata.uid
+                    and not pod.metadata.deletion_timestamp
+                ):
+                    return pod
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no pod replaced {old.metadata.name} within {timeout:g} s")
+            self.sleep(0.1)
+
+    # The kubelet's part, for this job's pods.
+    def run(self, pod: Any, **kw: Any) -> Any:
+        return self.kubelet.run(pod, **kw)
+
+    def log(self, pod: Any, line: str) -> None:
+        self.kubelet.log(pod, line)
+
+    def exit(self, pod: Any, code: int = 0, **kw: Any) -> Any:
+        return self.kubelet.exit(pod, code, **kw)
+
+    def crash(self, pod: Any, code: int, **kw: Any) -> Any:
+        return self.kubelet.crash(pod, code, **kw)
+
+    def waiting(self, pod: Any, reason: str, message: str) -> Any:
+        return self.kubelet.waiting(pod, reason, message)
+
+    def event(self, pod: Any, reason: str, message: str, **kw: Any) -> None:
+        self.kubelet.event(pod, reason, message, **kw)
+
+    def delete(self, pod: Any) -> None:
+        self.kubelet.delete(pod)
+
     def job_object(self) -> dict[str, Any] | None:
         """The job as the API has it now (None once deleted)."""
         from kubernetes import client

@@ -29,6 +29,10 @@ from tests.cluster.kubelet import FakeKubelet
 from tests.cluster.play import JobPods, Play
 
 POD_SECURITY = "pod-security.kubernetes.io/enforce"
+OPERATOR_ONLY = ("controller-manager", "training-operator")
+"""A cluster on the Training Operator v1 only (no Kubeflow Trainer, no Prometheus Operator)."""
+BARE = ()
+"""An API server alone: a test installs the CRDs it wants served (``serve_only``)."""
 
 
 @dataclass
@@ -180,3 +184,15 @@ def namespace_on(
 def k8s(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Namespace]:
     """A fresh namespace of the whole plane for this test."""
     yield from namespace_on(cluster, request)
+
+
+@pytest.fixture
+def operator_k8s(clusters: Clusters, request: pytest.FixtureRequest) -> Iterator[Namespace]:
+    """A namespace on a cluster that serves only the Training Operator's PyTorchJob and TFJob."""
+    yield from namespace_on(clusters.get(OPERATOR_ONLY), request)
+
+
+@pytest.fixture
+def bare_k8s(clusters: Clusters, request: pytest.FixtureRequest) -> Iterator[Namespace]:
+    """A namespace on an API server without controllers; ``serve_only`` picks its job CRDs."""
+    yield from namespace_on(clusters.get(BARE), request)

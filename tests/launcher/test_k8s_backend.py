@@ -1,10 +1,12 @@
-"""Kubernetes backend through the real kubernetes client, against a stand-in API server on
-loopback that plays Kubeflow Trainer v2 or the Training Operator v1 (no cluster can run here).
+"""The Kubernetes backend against a real control plane (tests/cluster): the real API server with
+the official CRDs, RBAC and Pod Security admission, the real Kubeflow Trainer, JobSet, Job and
+Training Operator controllers with their webhooks. The launcher runs as a ServiceAccount bound to
+the Role ``components.launcher.rbac`` renders; the test plays only the kubelet (pod status, logs
+through the API server's ``pods/log``, events) and, where a test needs it, the scheduler's events.
 
 Every behaviour is checked for both APIs that run our trainer: a TrainJob and a PyTorchJob follow
 the same path through the shared pre-flight, log following, diagnosis and wait loop. A TFJob (a
-TensorFlow program: Chief, Workers, parameter servers) takes that path too: success, failure,
-timeout, re-attach, SIGTERM and permissions are checked for it as well.
+TensorFlow program: Chief, Workers, parameter servers) takes that path too.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from kubernetes import client as k8s
+import yaml
+from kubernetes import client as k8s_client
 
 from components.launcher import (
     JobExists,
@@ -26,464 +29,559 @@ from components.launcher import (
     JobTimeout,
     KubernetesOptions,
     PreflightError,
-    TrainSpec,
     job_api,
     run_job,
 )
-from tests.launcher.conftest import succeed
-from tests.launcher.fake_controller import Operator
+from components.launcher.rbac import rbac_documents
+from tests.cluster.play import JobPods
+from tests.launcher.k8s_helpers import (
+    ALL_APIS,
+    APIS,
+    create_directly,
+    jobs,
+    replica,
+    run,
+    spec,
+    succeed,
+)
 
-APIS = ("trainjob", "pytorchjob")
-ALL_APIS = (*APIS, "tfjob")
 REPO = Path(__file__).resolve().parents[2]
-TF_PROGRAM = {"image": "registry.example.com/tf-mnist:1", "command": ["python", "/app/train.py"]}
-"""A TFJob runs the user's TensorFlow image and command."""
 
 
-def replica(api: str, node: int) -> str:
-    """How the launcher names node ``node``'s log lines."""
-    if api == "trainjob":
-        return f"node-{node}"
-    first = "chief-0" if api == "tfjob" else "master-0"
-    return first if node == 0 else f"worker-{node - 1}"
+def wait_gone(ns, api: str, name: str = "job", timeout: float = 30.0) -> None:
+    """The job is gone from the API server, and the garbage collector took its pods."""
+    selector = JobPods(ns.kubelet, ns.name, api, name).selector
+    deadline = time.monotonic() + timeout
+    while any(j["metadata"]["name"] == name for j in jobs(ns, api)) or ns.kubelet.pods(
+        ns.name, selector
+    ):
+        assert time.monotonic() < deadline, f"{api} {name} or its pods still exist"
+        time.sleep(0.2)
 
 
-def spec(api: str, **kw) -> TrainSpec:
-    base = {"api": api, "name": "job", "namespace": "default", "workers": 2, "run_id": "run-1"}
-    return TrainSpec(**(base | (TF_PROGRAM if api == "tfjob" else {}) | kw))
+def job_exists(ns, api: str, name: str = "job") -> bool:
+    return any(j["metadata"]["name"] == name for j in jobs(ns, api))
 
 
-def run(fake, s: TrainSpec, lines: list[str] | None = None, **options):
-    out = lines if lines is not None else []
-    opts = KubernetesOptions(
-        client_configuration=fake.configuration(),
-        log=out.append,
-        poll_interval_s=1.0,
-        handle_sigterm=False,
-        **options,
-    )
-    return run_job(s, backend="kubernetes", options=opts)
-
-
-def create_directly(fake, s: TrainSpec) -> None:
-    """Create ``s``'s job as a first attempt of the step would have."""
-    api = job_api(s.api)
-    k8s.CustomObjectsApi(k8s.ApiClient(fake.configuration())).create_namespaced_custom_object(
-        api.group, api.version, s.namespace, api.plural, api.build(s)
-    )
+# -- success, logs, restarts ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("api", ALL_APIS)
-def test_success_streams_prefixed_logs_and_deletes_the_job(fake_api, api):
-    fake = fake_api(scenario=succeed(workers=3, lines=3))
+def test_success_streams_prefixed_logs_and_deletes_the_job(k8s, api):
     lines: list[str] = []
-    result = run(fake, spec(api, workers=3), lines)
+    result = run(k8s, spec(k8s, api, workers=3), lines, succeed(workers=3, lines=3))
     assert result.phase == "Succeeded" and result.backend == "kubernetes" and result.api == api
-    assert result.name == "job" and result.namespace == "default" and result.restarts == 0
+    assert result.name == "job" and result.namespace == k8s.name and result.restarts == 0
     assert not result.reattached and result.duration_s > 0
     for node in range(3):
         for step in range(3):
-            assert f"[{replica(api, node)}] step {step} from node {node}" in lines
+            line = f"[{replica(api, node)}] step {step} from node {node}"
+            assert line in lines, "\n".join(lines)
     assert f"[{replica(api, 0)}] step 2 from node 0" in result.log_tail
-    assert fake.created == ["job"] and fake.deleted == ["job"]  # succeeded: deleted
     kind = job_api(api).kind
     assert any(f"submitting a {kind}: api={api} was asked for" in x for x in lines)
+    assert any(f"created {kind} {k8s.name}/job" in x for x in lines)
+    wait_gone(k8s, api)  # succeeded: deleted (cleanup=on-success), pods collected
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_logs_are_live_while_the_job_runs(fake_api, api):
+def test_logs_are_live_while_the_job_runs(k8s, api):
     seen_while_running: list[bool] = []
     lines: list[str] = []
 
-    def scenario(op: Operator) -> None:
-        op.condition("Created")
-        pod = op.add_node(0)
-        op.running(pod)
-        op.log(pod, "first line")
-        op.sleep(1.5)  # the launcher must print it now, not when the job ends
+    def scenario(job: JobPods) -> None:
+        (pod,) = job.pods(1)
+        job.run(pod)
+        job.log(pod, "first line")
+        job.sleep(2.5)  # the launcher must print it now, not when the job ends
         seen_while_running.append(any("first line" in x for x in lines))
-        op.terminate(pod)
-        op.succeed()
+        job.exit(pod)
 
-    run(fake_api(scenario=scenario), spec(api, workers=1), lines)
+    run(k8s, spec(k8s, api, workers=1), lines, scenario)
     assert seen_while_running == [True]
 
 
-def test_auto_picks_trainjob_when_trainer_v2_is_served(fake_api):
-    fake = fake_api(scenario=succeed(lines=1), served=("trainjob", "pytorchjob"))
+def test_a_dropped_log_stream_is_reopened_without_repeating_lines(k8s):
+    def scenario(job: JobPods) -> None:
+        (pod,) = job.pods(1)
+        job.run(pod)
+        for i in range(3):
+            job.log(pod, f"before {i}")
+        job.sleep(1.0)
+        job.kubelet.drop_log_streams(pod)  # the container runs on
+        for i in range(3):
+            job.log(pod, f"after {i}")
+        job.sleep(2.5)
+        job.exit(pod)
+
     lines: list[str] = []
-    result = run(fake, spec("auto"), lines)
+    run(k8s, spec(k8s, "pytorchjob", workers=1), lines, scenario)
+    printed = [x for x in lines if x.startswith("[master-0]")]
+    assert printed == [f"[master-0] before {i}" for i in range(3)] + [
+        f"[master-0] after {i}" for i in range(3)
+    ], "\n".join(lines)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_cleanup_never_keeps_the_job(k8s, api):
+    assert run(k8s, spec(k8s, api), None, succeed(), cleanup="never").phase == "Succeeded"
+    assert job_exists(k8s, api)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_container_restarts_are_counted(k8s, api):
+    result = run(k8s, spec(k8s, api), None, succeed(restarts=1))
+    assert result.restarts == 2  # one restart on each of the two pods
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_preempted_pod_is_recreated_counted_and_its_logs_follow(k8s, api):
+    """Preemption deletes a running pod: the controller creates it again (a TrainJob's Job under
+    a new name, the Training Operator under the same one) and the launcher follows the new one."""
+
+    def scenario(job: JobPods) -> None:
+        (pod,) = job.pods(1)
+        job.run(pod)
+        job.log(pod, "attempt 1")
+        job.sleep(0.5)
+        job.delete(pod)  # the kubelet sends SIGTERM: exit 143, then the pod is gone
+        pod = job.replacement(pod)
+        job.run(pod)
+        job.log(pod, "attempt 2")
+        job.sleep(0.5)
+        job.exit(pod)
+
+    lines: list[str] = []
+    result = run(k8s, spec(k8s, api, workers=1), lines, scenario)
+    name = replica(api, 0)
+    assert result.phase == "Succeeded" and result.restarts == 1
+    assert lines.count(f"[{name}] attempt 1") == 1 and lines.count(f"[{name}] attempt 2") == 1
+
+
+# -- API choice ------------------------------------------------------------------------------------
+
+
+def test_auto_picks_trainjob_when_trainer_v2_is_served(k8s):
+    lines: list[str] = []
+    result = run(k8s, spec(k8s, "auto"), lines, succeed(lines=1), scenario_api="trainjob")
     assert result.api == "trainjob"
-    assert fake.objects["trainjobs"] == {} and fake.calls >= {
-        ("trainer.kubeflow.org", "trainjobs", "create")
-    }
-    assert ("kubeflow.org", "pytorchjobs", "create") not in fake.calls
+    assert jobs(k8s, "pytorchjob") == []
     assert any(
         "submitting a TrainJob: api=auto: the cluster serves trainer.kubeflow.org/v1alpha1" in x
         for x in lines
     )
 
 
-def test_auto_falls_back_to_pytorchjob_without_trainer_v2(fake_api):
-    fake = fake_api(scenario=succeed(lines=1), served=("pytorchjob",))
+def test_auto_falls_back_to_pytorchjob_without_trainer_v2_and_never_to_a_tfjob(operator_k8s):
+    ns = operator_k8s  # serves PyTorchJob and TFJob, not TrainJob
     lines: list[str] = []
-    result = run(fake, spec("auto"), lines)
+    result = run(ns, spec(ns, "auto"), lines, succeed(lines=1), scenario_api="pytorchjob")
     assert result.api == "pytorchjob" and "[master-0] step 0 from node 0" in lines
     assert any(
         "submitting a PyTorchJob: api=auto: the cluster serves kubeflow.org/v1 pytorchjobs "
         "(not trainer.kubeflow.org/v1alpha1)" in x
         for x in lines
     )
+    assert jobs(ns, "tfjob") == []
 
 
-def test_auto_refuses_a_spec_the_served_api_cannot_express(fake_api):
-    fake = fake_api(served=("trainjob",))
+def test_auto_refuses_a_spec_the_served_api_cannot_express(k8s):
     with pytest.raises(ValueError, match="api=trainjob cannot express it: elastic training"):
-        run(fake, spec("auto", elastic_min_replicas=1, elastic_max_replicas=2))
-    assert fake.created == []
+        run(k8s, spec(k8s, "auto", elastic_min_replicas=1, elastic_max_replicas=2))
+    assert jobs(k8s, "trainjob") == [] and jobs(k8s, "pytorchjob") == []
 
 
-def test_neither_api_served_names_both_installs(fake_api):
-    fake = fake_api(served=("tfjob",))  # a TFJob is never auto's choice: it runs TensorFlow
+def test_neither_api_served_names_both_installs(bare_k8s):
+    bare_k8s.cluster.plane.serve_only(("tfjob",))  # a TFJob is never auto's choice
     with pytest.raises(PreflightError) as err:
-        run(fake, spec("auto"))
+        run(bare_k8s, spec(bare_k8s, "auto"))
     message = str(err.value)
     assert "serves neither" in message
     assert "kubeflow/trainer.git" in message and "training-operator.git" in message
-    assert fake.created == []
 
 
-@pytest.mark.parametrize(("api", "other"), [("trainjob", "pytorchjob"), ("pytorchjob", "trainjob")])
-def test_an_api_not_served_is_a_preflight_error_naming_the_one_that_is(fake_api, api, other):
-    fake = fake_api(served=(other,))
+def test_trainjob_not_served_is_a_preflight_error_naming_pytorchjob(operator_k8s):
     with pytest.raises(PreflightError) as err:
-        run(fake, spec(api))
-    assert "CRD" in str(err.value) and "not installed" in str(err.value)
-    assert f"use api={other} or api=auto" in str(err.value)
-    assert fake.created == []
+        run(operator_k8s, spec(operator_k8s, "trainjob"))
+    assert "TrainJob CRD" in str(err.value) and "not installed" in str(err.value)
+    assert "use api=pytorchjob or api=auto" in str(err.value)
 
 
-@pytest.mark.parametrize("api", APIS)
-def test_cleanup_never_keeps_the_job(fake_api, api):
-    fake = fake_api(scenario=succeed())
-    assert run(fake, spec(api), cleanup="never").phase == "Succeeded"
-    assert fake.deleted == [] and fake.job("job") is not None
+def test_pytorchjob_and_tfjob_not_served_are_preflight_errors(bare_k8s):
+    bare_k8s.cluster.plane.serve_only(("trainer",))
+    with pytest.raises(PreflightError) as err:
+        run(bare_k8s, spec(bare_k8s, "pytorchjob"))
+    assert "PyTorchJob CRD" in str(err.value) and "use api=trainjob or api=auto" in str(err.value)
+    with pytest.raises(PreflightError) as err:
+        run(bare_k8s, spec(bare_k8s, "tfjob"))
+    message = str(err.value)
+    assert "TFJob CRD (tfjobs.kubeflow.org/v1) is not installed" in message
+    assert "training-operator.git" in message
+    assert "use api=" not in message  # a TensorFlow program has no PyTorch alternative
 
 
-@pytest.mark.parametrize("api", APIS)
-def test_restarts_are_counted(fake_api, api):
-    fake = fake_api(scenario=succeed(restarts=1))
-    assert run(fake, spec(api)).restarts == 2  # one restart on each of the two pods
+# -- failures --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("api", APIS)
-def test_recreated_pods_count_as_restarts_and_their_logs_follow(fake_api, api):
-    def scenario(op: Operator) -> None:
-        pod = op.add_node(0)
-        op.running(pod)
-        op.log(pod, "attempt 1")
-        op.sleep(0.3)
-        op.terminate(pod, exit_code=143, reason="Error")  # preempted: retryable
-        op.delete_pod(pod)
-        pod = op.add_node(0)
-        op.running(pod)
-        op.log(pod, "attempt 2")
-        op.sleep(0.3)
-        op.terminate(pod)
-        op.succeed()
+def crash_until_the_controller_gives_up(job: JobPods, pod, code: int, reason: str, times: int):
+    """``restartPolicy: OnFailure``: the kubelet restarts the container after each crash, until
+    the controller fails the job and deletes the pod."""
+    from kubernetes.client.rest import ApiException
 
-    lines: list[str] = []
-    kw = {"restart_policy": "ExitCode"} if api == "pytorchjob" else {}
-    result = run(fake_api(scenario=scenario), spec(api, workers=1, **kw), lines)
-    # A TrainJob's JobSet pod comes back under a new name, a PyTorchJob's under the same one:
-    # either way it is the same node, restarted once.
-    name = replica(api, 0)
-    assert result.phase == "Succeeded" and result.restarts == 1
-    assert lines.count(f"[{name}] attempt 1") == 1 and lines.count(f"[{name}] attempt 2") == 1
+    for attempt in range(1, times + 1):
+        try:
+            job.crash(pod, code, restarts=attempt, reason=reason)
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        job.sleep(0.2)
 
 
-def failing_node(reason: str, exit_code: int):
-    def scenario(op: Operator) -> None:
-        op.condition("Created")
-        first, second = op.add_node(0), op.add_node(1)
-        op.running(first)
-        op.running(second)
-        op.condition("Running")
-        op.log(first, "node 0 is fine")
+def failing_node(api: str):
+    """Node 1 logs 30 lines and fails for good: under ExitCode (PyTorchJob) a permanent exit
+    code fails the job; under OnFailure (TrainJob's Jobs, TFJob) OOMKilled until the backoff
+    limit is used up."""
+
+    def scenario(job: JobPods) -> None:
+        first, second = job.pods(2)
+        job.run(first)
+        job.run(second)
+        job.log(first, "node 0 is fine")
         for i in range(30):
-            op.log(second, f"node 1 line {i}")
-        op.sleep(0.3)
-        op.terminate(second, exit_code=exit_code, reason=reason)
-        op.event(second, "BackOff", "Back-off restarting failed container")
-        op.sleep(0.2)
-        op.fail(f"{op.kind.kind} job failed because 1 replica(s) failed.")
+            job.log(second, f"node 1 line {i}")
+        job.sleep(0.5)
+        job.event(second, "BackOff", "Back-off restarting failed container")
+        if api == "pytorchjob":
+            job.exit(second, 1, reason="Error")
+        else:
+            limit = 6 if api == "trainjob" else 3  # the Job's and the TFJob's backoffLimit
+            crash_until_the_controller_gives_up(job, second, 137, "OOMKilled", limit + 1)
 
     return scenario
 
 
+FAILURE = {
+    "trainjob": "OOMKilled (exit code 137)",
+    "pytorchjob": "Error (exit code 1)",
+    "tfjob": "OOMKilled (exit code 137)",
+}
+
+
 @pytest.mark.parametrize("api", ALL_APIS)
-def test_failure_names_the_failing_pod_reason_events_and_log_tail(fake_api, api):
-    fake = fake_api(scenario=failing_node("OOMKilled", 137))
+def test_failure_names_the_failing_pod_reason_events_and_log_tail(k8s, api):
     with pytest.raises(JobFailed) as err:
-        run(fake, spec(api))
+        run(k8s, spec(k8s, api), None, failing_node(api))
     message = str(err.value)
-    assert f"({replica(api, 1)}): OOMKilled (exit code 137)" in message
-    assert "1 replica(s) failed" in message
+    assert f"({replica(api, 1)}): {FAILURE[api]}" in message, message
     assert "BackOff: Back-off restarting failed container" in message
     assert "node 1 line 29" in message and "node 1 line 9" not in message  # the last 20 lines
     result = err.value.result
-    assert result.phase == "Failed" and "OOMKilled" in result.reason
+    assert result.phase == "Failed" and FAILURE[api].split()[0] in result.reason
     # The default cleanup keeps a failed job (and its pods) for inspection, and says how to go.
     kind = job_api(api).kind.lower()
-    assert fake.deleted == [] and fake.job("job") is not None
-    assert "kept for inspection" in message and f"kubectl delete {kind} -n default job" in message
-
-
-@pytest.mark.parametrize("api", APIS)
-def test_cleanup_always_deletes_a_failed_job(fake_api, api):
-    fake = fake_api(scenario=failing_node("OOMKilled", 137))
-    with pytest.raises(JobFailed):
-        run(fake, spec(api), cleanup="always")
-    assert fake.deleted == ["job"]
-
-
-def restarting_on_permanent_exit(op: Operator) -> None:
-    """A controller that restarts a container whatever its exit code (a TrainJob's Jobs, a
-    PyTorchJob with OnFailure): bad config exits 2, again and again."""
-    op.condition("Created")
-    first, second = op.add_node(0), op.add_node(1)
-    op.running(first)
-    op.running(second)
-    op.log(second, "[trainer] error: --lr -1.0 must be a positive number")
-    op.sleep(0.2)
-    op.terminate(second, exit_code=2, reason="Error")
-    op.sleep(0.2)
-    op.running(second, restarts=1, last_exit=2)
-    op.sleep(60)  # never fails by itself
-
-
-@pytest.mark.parametrize(("api", "policy"), [("trainjob", None), ("pytorchjob", "OnFailure")])
-def test_a_permanent_exit_code_stops_a_job_that_would_restart_it(fake_api, api, policy):
-    fake = fake_api(scenario=restarting_on_permanent_exit)
-    kw = {"restart_policy": policy} if policy else {}
-    start = time.monotonic()
-    with pytest.raises(JobFailed) as err:
-        run(fake, spec(api, **kw))
-    assert time.monotonic() - start < 20  # not after the scenario's minute
-    message = str(err.value)
-    assert "exited with permanent code 2" in message and "not retried" in message
-    assert "--lr -1.0 must be a positive number" in message
-    assert fake.deleted == ["job"]  # it would only restart on every GPU again
-
-
-def test_a_pytorchjob_with_exitcode_is_left_to_the_operator(fake_api):
-    def scenario(op: Operator) -> None:
-        pod = op.add_node(0)
-        op.running(pod)
-        op.terminate(pod, exit_code=3, reason="Error")
-        op.sleep(1.5)  # the operator marks the job Failed (ExitCode: 3 is permanent)
-        op.fail("PyTorchJob job is failed because 1 Master replica(s) failed.")
-
-    fake = fake_api(scenario=scenario)
-    with pytest.raises(JobFailed, match="Master replica"):
-        run(fake, spec("pytorchjob", workers=1))
-    assert fake.deleted == []  # kept for inspection (its TTL removes it)
-    assert fake.created_manifests[0]["spec"]["pytorchReplicaSpecs"]["Master"]["restartPolicy"] == (
-        "ExitCode"
+    assert job_exists(k8s, api)
+    assert (
+        "kept for inspection" in message and f"kubectl delete {kind} -n {k8s.name} job" in message
     )
 
 
-@pytest.mark.parametrize("api", APIS)
-def test_failure_before_start_reports_image_pull_errors(fake_api, api):
-    def scenario(op: Operator) -> None:
-        pod = op.add_node(0)
-        op.waiting(pod, "ImagePullBackOff", 'Back-off pulling image "nope:1"')
-        op.event(pod, "Failed", 'Failed to pull image "nope:1": not found')
-        op.sleep(0.3)
-        op.fail("image pull failed")
+def test_cleanup_always_deletes_a_failed_job(k8s):
+    with pytest.raises(JobFailed):
+        run(k8s, spec(k8s, "pytorchjob"), None, failing_node("pytorchjob"), cleanup="always")
+    wait_gone(k8s, "pytorchjob")
 
-    fake = fake_api(scenario=scenario)
+
+def exits_with_a_permanent_code(job: JobPods) -> None:
+    """Bad config: the program exits 2; the kubelet (OnFailure) restarts it, again and again."""
+    first, second = job.pods(2)
+    job.run(first)
+    job.run(second)
+    job.log(second, "[trainer] error: --lr -1.0 must be a positive number")
+    job.sleep(0.3)
+    job.crash(second, 2, restarts=1)
+    job.sleep(60)
+
+
+@pytest.mark.parametrize(("api", "policy"), [("trainjob", None), ("pytorchjob", "OnFailure")])
+def test_a_permanent_exit_code_stops_a_job_that_would_restart_it(k8s, api, policy):
+    kw = {"restart_policy": policy} if policy else {}
+    start = time.monotonic()
     with pytest.raises(JobFailed) as err:
-        run(fake, spec(api, workers=1), cleanup="on-success")
-    assert 'ImagePullBackOff: Back-off pulling image "nope:1"' in str(err.value)
-    assert 'Failed to pull image "nope:1"' in str(err.value)
-    assert fake.deleted == []  # on-success keeps a failed job for debugging
+        run(k8s, spec(k8s, api, **kw), None, exits_with_a_permanent_code)
+    assert time.monotonic() - start < 30  # not after the scenario's minute
+    message = str(err.value)
+    assert "exited with permanent code 2" in message and "not retried" in message
+    assert "--lr -1.0 must be a positive number" in message
+    wait_gone(k8s, api)  # it would only restart on every GPU again
 
 
-@pytest.mark.parametrize("api", ALL_APIS)
-def test_timeout_deletes_the_job_then_fails(fake_api, api):
-    fake = fake_api(scenario=succeed(lines=100, delay=0.1))
-    with pytest.raises(JobTimeout) as err:
-        run(fake, spec(api), timeout_s=1.5)
-    assert "timeout_s=1.5" in str(err.value) and "deleted" in str(err.value)
-    assert err.value.result.phase == "Timeout"
-    assert fake.deleted == ["job"] and fake.job("job") is None
+def test_a_pytorchjob_with_exitcode_is_failed_by_the_operator(k8s):
+    def scenario(job: JobPods) -> None:
+        (pod,) = job.pods(1)
+        job.run(pod)
+        job.exit(pod, 3, reason="Error")
+
+    with pytest.raises(JobFailed, match="Error \\(exit code 3\\)") as err:
+        run(k8s, spec(k8s, "pytorchjob", workers=1), None, scenario)
+    assert "PyTorchJob" in str(err.value) and job_exists(k8s, "pytorchjob")  # kept; TTL removes it
+    (job,) = jobs(k8s, "pytorchjob")
+    assert job["spec"]["pytorchReplicaSpecs"]["Master"]["restartPolicy"] == "ExitCode"
 
 
-@pytest.mark.parametrize("api", ALL_APIS)
-def test_conflict_from_the_same_run_reattaches(fake_api, api):
-    fake = fake_api(scenario=succeed(lines=3))
-    s = spec(api)
-    create_directly(fake, s)  # a first attempt of this step created it, then it was retried
+def test_a_pytorchjob_worker_killed_with_137_is_restarted_and_the_job_succeeds(k8s):
+    """ExitCode: 128-255 is retryable (the operator recreates the pod), 1-127 is not."""
+
+    def scenario(job: JobPods) -> None:
+        master, worker = job.pods(2)
+        job.run(master)
+        job.run(worker)
+        job.exit(worker, 137, reason="OOMKilled")
+        worker = job.replacement(worker)
+        job.run(worker)
+        job.log(worker, "resumed")
+        job.exit(worker)
+        job.exit(master)
+
     lines: list[str] = []
-    result = run(fake, s, lines)
+    result = run(k8s, spec(k8s, "pytorchjob"), lines, scenario)
+    assert result.phase == "Succeeded" and result.restarts >= 1
+    assert "[worker-0] resumed" in lines
+
+
+@pytest.mark.parametrize("api", ALL_APIS)
+def test_timeout_deletes_the_job_then_fails(k8s, api):
+    with pytest.raises(JobTimeout) as err:
+        run(k8s, spec(k8s, api), None, succeed(lines=100, delay=0.1), timeout_s=2)
+    assert "timeout_s=2" in str(err.value) and "deleted" in str(err.value)
+    assert err.value.result.phase == "Timeout"
+    wait_gone(k8s, api)  # the job, its JobSet/Jobs and its pods (the real garbage collector)
+
+
+# -- re-attach ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", ALL_APIS)
+def test_a_retried_step_reattaches_to_its_job(k8s, api):
+    s = spec(k8s, api)
+    first = create_directly(k8s, s)  # a first attempt of this step created it, then was retried
+    lines: list[str] = []
+    result = run(k8s, s, lines, succeed(lines=3), cleanup="never")
     assert result.reattached and result.phase == "Succeeded"
-    assert fake.created == ["job"]  # no duplicate
+    (job,) = jobs(k8s, api)
+    assert job["metadata"]["uid"] == first["metadata"]["uid"]  # no second job
     assert any("re-attaching" in x for x in lines)
     assert any(f"[{replica(api, 1)}] step 2 from node 1" in x for x in lines)
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_conflict_with_another_runs_job_is_a_clear_error(fake_api, api):
-    fake = fake_api()
-    create_directly(fake, spec(api, run_id="someone-else"))
+def test_another_runs_job_of_that_name_is_a_clear_error(k8s, api):
+    create_directly(k8s, spec(k8s, api, run_id="someone-else"))
     kind = job_api(api).kind.lower()
-    with pytest.raises(JobExists, match=rf"already exists.*kubectl delete {kind} -n default"):
-        run(fake, spec(api))
-    assert fake.deleted == []
+    with pytest.raises(JobExists, match=rf"already exists.*kubectl delete {kind} -n {k8s.name}"):
+        run(k8s, spec(k8s, api))
+    assert job_exists(k8s, api)
 
 
-def test_a_missing_runtime_fails_preflight_before_creating(fake_api):
-    fake = fake_api(runtimes=())
-    with pytest.raises(PreflightError, match="ClusterTrainingRuntime 'torch-distributed' does not"):
-        run(fake, spec("trainjob"))
-    assert fake.created == []
-    fake = fake_api(runtimes=("torch-distributed",))
+# -- pre-flight ------------------------------------------------------------------------------------
+
+
+def test_a_runtime_the_trainer_does_not_know_is_refused_before_anything_runs(k8s):
+    """A namespaced Role cannot read a ClusterTrainingRuntime (noted), so the Trainer's webhook is
+    what refuses the job (HTTP 403, like RBAC): its own words reach the user, not an RBAC hint."""
+    lines: list[str] = []
+    with pytest.raises(PreflightError) as err:
+        run(k8s, spec(k8s, "trainjob", runtime_name="nope"), lines)
+    assert any("may not read ClusterTrainingRuntime 'nope'" in x for x in lines)
+    message = str(err.value)
+    assert "the cluster refused TrainJob" in message and "nothing was submitted" in message
+    assert 'ClusterTrainingRuntime.trainer.kubeflow.org "nope" not found' in message
+    assert "rbac.yaml" not in message
+    assert jobs(k8s, "trainjob") == []
+
+
+def test_a_missing_namespaced_runtime_fails_preflight(k8s):
     with pytest.raises(PreflightError, match="TrainingRuntime 'mine' does not exist in namespace"):
-        run(fake, spec("trainjob", runtime_kind="TrainingRuntime", runtime_name="mine"))
+        run(k8s, spec(k8s, "trainjob", runtime_kind="TrainingRuntime", runtime_name="mine"))
+    assert jobs(k8s, "trainjob") == []
 
 
-def test_a_runtime_that_exists_is_used_and_an_unreadable_one_is_only_noted(fake_api):
-    fake = fake_api(scenario=succeed(lines=1), namespaced_runtimes=(("default", "mine"),))
-    s = spec("trainjob", runtime_kind="TrainingRuntime", runtime_name="mine")
-    assert run(fake, s).phase == "Succeeded"
-    assert fake.created_manifests[0]["spec"]["runtimeRef"] == {
+def test_a_namespaced_runtime_that_exists_is_used(k8s):
+    runtime = yaml.safe_load(
+        (REPO.parent / "shared/reference/trainer-v2.3.0/torch_distributed_runtime.yaml").read_text()
+    )
+    runtime |= {"kind": "TrainingRuntime", "metadata": {"name": "mine", "namespace": k8s.name}}
+    k8s.cluster.plane.apply([runtime])
+    s = spec(k8s, "trainjob", runtime_kind="TrainingRuntime", runtime_name="mine")
+    assert run(k8s, s, None, succeed(lines=1), cleanup="never").phase == "Succeeded"
+    (job,) = jobs(k8s, "trainjob")
+    assert job["spec"]["runtimeRef"] == {
         "apiGroup": "trainer.kubeflow.org",
         "kind": "TrainingRuntime",
         "name": "mine",
     }
-    fake = fake_api(scenario=succeed(lines=1), runtime_forbidden=True)
-    lines: list[str] = []
-    assert run(fake, spec("trainjob"), lines).phase == "Succeeded"
-    assert any("may not read ClusterTrainingRuntime 'torch-distributed'" in x for x in lines)
+
+
+def role_without(namespace: str, *denied: tuple[str, str]) -> list[dict]:
+    """The rendered Role and binding, minus (verb, resource) pairs."""
+    role, binding = rbac_documents(namespace=namespace, service_account="pipeline-runner")
+    for rule in role["rules"]:
+        for resource in rule["resources"]:
+            rule["verbs"] = [v for v in rule["verbs"] if (v, resource) not in denied]
+    role["rules"] = [r for r in role["rules"] if r["verbs"]]
+    return [role, binding]
 
 
 @pytest.mark.parametrize("api", ALL_APIS)
-def test_forbidden_fails_preflight_naming_the_missing_permissions(fake_api, api):
+def test_forbidden_fails_preflight_naming_the_missing_permissions(k8s, api):
     plural = job_api(api).plural
-    fake = fake_api(denied={("create", plural), ("get", "pods/log")})
+    documents = role_without(k8s.name, ("create", plural), ("get", "pods/log"))
+    configuration = k8s.launcher_configuration(documents=documents)
     with pytest.raises(PreflightError) as err:
-        run(fake, spec(api))
+        run(k8s, spec(k8s, api), configuration=configuration)
     assert f"create {plural}" in str(err.value) and "get pods/log" in str(err.value)
     assert "rbac.yaml" in str(err.value)
-    assert fake.created == []
+    assert jobs(k8s, api) == []
 
 
 def test_no_credentials_or_unreachable_api_is_a_preflight_error(tmp_path: Path):
     with pytest.raises(PreflightError, match="no Kubernetes credentials"):
-        options = KubernetesOptions(config_file=str(tmp_path / "missing-kubeconfig"))
-        run_job(spec("auto"), backend="kubernetes", options=options)
-    cfg = k8s.Configuration()
+        opts = KubernetesOptions(config_file=str(tmp_path / "missing-kubeconfig"))
+        run_job(spec("default", "auto"), backend="kubernetes", options=opts)
+    cfg = k8s_client.Configuration()
     cfg.host = "http://127.0.0.1:9"  # discard port: nothing listens
     cfg.retries = 0
-    options = KubernetesOptions(client_configuration=cfg, handle_sigterm=False)
+    opts = KubernetesOptions(client_configuration=cfg, handle_sigterm=False)
     with pytest.raises(
         PreflightError, match="cannot reach the Kubernetes API at http://127.0.0.1:9"
     ):
-        run_job(spec("auto"), backend="kubernetes", options=options)
+        run_job(spec("default", "auto"), backend="kubernetes", options=opts)
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_missing_namespace_fails_preflight(fake_api, api):
-    fake = fake_api()
+def test_a_namespace_that_does_not_exist_fails_preflight(k8s, api):
+    # As the launcher's account: it may not read namespaces, and has no Role in that one.
+    with pytest.raises(PreflightError) as err:
+        run(k8s, spec(k8s, api, namespace="nowhere"))
+    assert "'nowhere'" in str(err.value) and "does not exist" in str(err.value)
+    # As an admin, who may read namespaces: the plain answer.
+    admin = k8s.cluster.plane.admin_configuration()
     with pytest.raises(PreflightError, match="namespace 'nowhere' does not exist"):
-        run(fake, spec(api, namespace="nowhere"))
+        run(k8s, spec(k8s, api, namespace="nowhere"), configuration=admin)
 
 
-def test_namespace_unreadable_falls_back_to_the_create_answer(fake_api):
-    fake = fake_api(namespace_forbidden=True, scenario=succeed(lines=1))
-    assert run(fake, spec("trainjob")).phase == "Succeeded"
-    fake2 = fake_api(namespace_forbidden=True)
-    with pytest.raises(PreflightError, match="'nowhere' does not exist"):
-        run(fake2, spec("pytorchjob", namespace="nowhere"))
+# -- watchdog --------------------------------------------------------------------------------------
 
 
-def stuck_pending(op: Operator) -> None:
-    op.condition("Created")
-    pod = op.add_node(0)
-    op.unschedulable(pod, "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.")
-    op.sleep(60)
+def unschedulable(job: JobPods, message: str) -> None:
+    """What the scheduler posts about a pod it cannot place (no scheduler runs here)."""
+    for pod in job.pods(1):
+        job.kubelet.core.patch_namespaced_pod_status(
+            pod.metadata.name,
+            job.namespace,
+            {
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": message,
+                        }
+                    ]
+                }
+            },
+        )
+        job.event(pod, "FailedScheduling", message)
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_pending_watchdog_fails_with_the_scheduler_message(fake_api, api):
-    fake = fake_api(scenario=stuck_pending)
+def test_pending_watchdog_fails_with_the_scheduler_message(k8s, api):
+    def scenario(job: JobPods) -> None:
+        unschedulable(job, "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.")
+        job.sleep(60)
+
     with pytest.raises(JobFailed) as err:
-        run(fake, spec(api, workers=1), pending_timeout_s=1.0, watchdog_fails=True)
+        run(
+            k8s, spec(k8s, api, workers=1), None, scenario, pending_timeout_s=2, watchdog_fails=True
+        )
     message = str(err.value)
-    assert "Pending after 1 s" in message and "Insufficient nvidia.com/gpu" in message
-    assert fake.deleted == ["job"]
+    assert "Pending after 2 s" in message and "Insufficient nvidia.com/gpu" in message
+    wait_gone(k8s, api)
 
 
-def test_a_suspended_job_waiting_for_kueue_is_reported(fake_api):
-    def scenario(op: Operator) -> None:
-        op.condition("Suspended", "Suspended", "TrainJob is suspended")
-        op.sleep(60)
+@pytest.mark.parametrize("api", APIS)
+def test_an_image_that_cannot_be_pulled_is_reported_by_the_pending_watchdog(k8s, api):
+    """A pod that never starts does not fail its job by itself: the watchdog says why."""
 
-    fake = fake_api(scenario=scenario)
+    def scenario(job: JobPods) -> None:
+        (pod,) = job.pods(1)
+        job.waiting(pod, "ImagePullBackOff", 'Back-off pulling image "nope:1"')
+        job.event(pod, "Failed", 'Failed to pull image "nope:1": not found')
+        job.sleep(60)
+
+    with pytest.raises(JobFailed) as err:
+        run(
+            k8s, spec(k8s, api, workers=1), None, scenario, pending_timeout_s=2, watchdog_fails=True
+        )
+    assert 'ImagePullBackOff: Back-off pulling image "nope:1"' in str(err.value)
+    assert 'Failed to pull image "nope:1"' in str(err.value)
+
+
+def test_a_suspended_job_waiting_for_kueue_is_reported(k8s):
     with pytest.raises(JobFailed, match="suspended, waiting for Kueue to admit it"):
         run(
-            fake, spec("trainjob", kueue_queue="team-a"), pending_timeout_s=1.0, watchdog_fails=True
+            k8s,
+            spec(k8s, "trainjob", kueue_queue="team-a"),
+            pending_timeout_s=2,
+            watchdog_fails=True,
         )
-    assert fake.created_manifests[0]["spec"]["suspend"] is True
 
 
-def test_pending_watchdog_reports_and_keeps_waiting(fake_api):
-    def scenario(op: Operator) -> None:
-        pod = op.add_node(0)
-        op.unschedulable(pod, "0/1 nodes are available: 1 Insufficient cpu.")
-        op.sleep(2.5)
-        op.running(pod)
-        op.log(pod, "finally")
-        op.terminate(pod)
-        op.succeed()
+def test_pending_watchdog_reports_and_keeps_waiting(k8s):
+    def scenario(job: JobPods) -> None:
+        unschedulable(job, "0/1 nodes are available: 1 Insufficient cpu.")
+        job.sleep(3.5)
+        (pod,) = job.pods(1)
+        job.run(pod)
+        job.log(pod, "finally")
+        job.exit(pod)
 
     lines: list[str] = []
-    result = run(
-        fake_api(scenario=scenario), spec("trainjob", workers=1), lines, pending_timeout_s=1.0
-    )
+    result = run(k8s, spec(k8s, "trainjob", workers=1), lines, scenario, pending_timeout_s=2)
     assert result.phase == "Succeeded"
     assert len(result.watchdog) == 1 and "Insufficient cpu" in result.watchdog[0]
     assert any(x.startswith("[launcher] watchdog: pods still Pending") for x in lines)
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_silence_watchdog_catches_a_hang(fake_api, api):
-    def scenario(op: Operator) -> None:
-        pod = op.add_node(0)
-        op.running(pod)
-        op.log(pod, "init process group ...")
-        op.sleep(60)
+def test_silence_watchdog_catches_a_hang(k8s, api):
+    def scenario(job: JobPods) -> None:
+        (pod,) = job.pods(1)
+        job.run(pod)
+        job.log(pod, "init process group ...")
+        job.sleep(60)
 
-    fake = fake_api(scenario=scenario)
-    with pytest.raises(JobFailed, match="no replica logged anything for 1 s"):
-        run(fake, spec(api, workers=1), silence_timeout_s=1.0, watchdog_fails=True)
-    assert fake.deleted == ["job"]
+    with pytest.raises(JobFailed, match="no replica logged anything for 2 s"):
+        run(
+            k8s, spec(k8s, api, workers=1), None, scenario, silence_timeout_s=2, watchdog_fails=True
+        )
+    wait_gone(k8s, api)
 
+
+# -- SIGTERM (the pipeline run cancelled) ----------------------------------------------------------
 
 SIGTERM_SCRIPT = textwrap.dedent(
     """
     import sys
-    from kubernetes import client
     from components.launcher import JobCancelled, KubernetesOptions, TrainSpec, run_job
 
-    cfg = client.Configuration()
-    cfg.host = sys.argv[1]
-    program = {"image": "tf:1", "command": ["python", "train.py"]} if sys.argv[2] == "tfjob" else {}
+    api, namespace, kubeconfig = sys.argv[1:4]
+    program = {"image": "tf:1", "command": ["python", "train.py"]} if api == "tfjob" else {}
     spec = TrainSpec(
-        api=sys.argv[2], name="job", namespace="default", workers=2, run_id="run-1", **program
+        api=api, name="job", namespace=namespace, workers=2, run_id="run-1", **program
     )
-    options = KubernetesOptions(client_configuration=cfg, poll_interval_s=1.0)
+    options = KubernetesOptions(config_file=kubeconfig, poll_interval_s=1.0)
     try:
         run_job(spec, backend="kubernetes", options=options)
     except JobCancelled as exc:
@@ -493,21 +591,63 @@ SIGTERM_SCRIPT = textwrap.dedent(
 )
 
 
+def kubeconfig_of(configuration, path: Path) -> Path:
+    """A kubeconfig file for a client Configuration (server, CA, bearer token)."""
+    token = configuration.api_key["authorization"].removeprefix("Bearer ")
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": configuration.host,
+                            "certificate-authority": configuration.ssl_ca_cert,
+                        },
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": token}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    return path
+
+
 @pytest.mark.parametrize("api", ALL_APIS)
-def test_sigterm_deletes_the_job_then_exits(fake_api, tmp_path: Path, api):
-    fake = fake_api(scenario=succeed(lines=200, delay=0.1))
+def test_sigterm_deletes_the_job_then_exits(k8s, tmp_path: Path, api):
+    started = []
+
+    def scenario(job: JobPods) -> None:
+        pods = job.pods(2)
+        for pod in pods:
+            job.run(pod)
+        for step in range(200):
+            for i, pod in enumerate(pods):
+                job.log(pod, f"step {step} from node {i}")
+            started.append(step)
+            job.sleep(0.1)
+
     script = tmp_path / "launch.py"
     script.write_text(SIGTERM_SCRIPT)
+    kubeconfig = kubeconfig_of(k8s.launcher_configuration(), tmp_path / "kubeconfig")
+    k8s.scenario(api, "job", scenario)
     proc = subprocess.Popen(
-        [sys.executable, str(script), fake.url, api],
+        [sys.executable, str(script), api, k8s.name, str(kubeconfig)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=REPO,
     )
     try:
-        fake.wait_for(lambda: fake.job("job") is not None and any(fake.logs.values()))
-        time.sleep(0.5)
+        deadline = time.monotonic() + 60
+        while len(started) < 10:
+            assert time.monotonic() < deadline and proc.poll() is None, "the job never ran"
+            time.sleep(0.1)
+        time.sleep(1.0)
         os.kill(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     finally:
@@ -515,56 +655,38 @@ def test_sigterm_deletes_the_job_then_exits(fake_api, tmp_path: Path, api):
             proc.kill()
     kind = job_api(api).kind
     assert proc.returncode == 143, out
-    assert "CANCELLED" in out and f"deleted {kind} default/job (cancelled (SIGTERM))" in out
+    assert "CANCELLED" in out and f"deleted {kind} {k8s.name}/job (cancelled (SIGTERM))" in out
     assert f"[{replica(api, 0)}] step 0 from node 0" in out
-    assert fake.deleted == ["job"] and fake.job("job") is None
+    wait_gone(k8s, api)
 
 
-# -- TFJob specifics ----------------------------------------------------------------------------
+# -- TFJob specifics -----------------------------------------------------------------------------
 
 
-def test_a_tfjob_with_parameter_servers_follows_chief_workers_and_ps(fake_api):
-    def scenario(op: Operator) -> None:
-        op.condition("Created")
-        pods = [op.add_node(0), op.add_node(1), op.add_ps(0)]
+def test_a_tfjob_with_parameter_servers_follows_chief_workers_and_ps(k8s):
+    def scenario(job: JobPods) -> None:
+        pods = job.pods(3)  # chief-0, worker-0, ps-0
         for pod in pods:
-            op.running(pod)
-        op.condition("Running")
+            job.run(pod)
         for pod in pods:
-            op.log(pod, f"hello from {pod}")
-        op.sleep(0.3)
-        op.terminate(pods[0])  # the Chief succeeded: the TFJob succeeds (default success policy)
-        op.succeed()
+            job.log(pod, f"hello from {pod.metadata.name}")
+        job.sleep(0.5)
+        job.exit(pods[0])  # the Chief succeeded: the TFJob succeeds (default success policy)
 
-    fake = fake_api(scenario=scenario)
     lines: list[str] = []
-    result = run(fake, spec("tfjob", ps_replicas=1), lines)
+    result = run(k8s, spec(k8s, "tfjob", ps_replicas=1), lines, scenario, cleanup="never")
     assert result.phase == "Succeeded" and result.api == "tfjob"
     for name in ("chief-0", "worker-0", "ps-0"):
         assert f"[{name}] hello from job-{name}" in lines
-    (manifest,) = fake.created_manifests
-    assert manifest["kind"] == "TFJob"
+    (manifest,) = jobs(k8s, "tfjob")
     assert {k: v["replicas"] for k, v in manifest["spec"]["tfReplicaSpecs"].items()} == {
         "Chief": 1,
         "Worker": 1,
         "PS": 1,
     }
-    assert fake.calls >= {("kubeflow.org", "tfjobs", "create")}
-    assert ("kubeflow.org", "pytorchjobs", "create") not in fake.calls
-
-
-def test_a_tfjob_not_served_names_the_training_operator_and_no_other_api(fake_api):
-    fake = fake_api(served=("trainjob", "pytorchjob"))
-    with pytest.raises(PreflightError) as err:
-        run(fake, spec("tfjob"))
-    message = str(err.value)
-    assert "TFJob CRD (tfjobs.kubeflow.org/v1) is not installed" in message
-    assert "training-operator.git" in message
-    assert "use api=" not in message  # a TensorFlow program has no PyTorch alternative
-    assert fake.created == []
-
-
-def test_auto_never_submits_a_tfjob(fake_api):
-    fake = fake_api(scenario=succeed(lines=1), served=("pytorchjob", "tfjob"))
-    assert run(fake, spec("auto")).api == "pytorchjob"
-    assert ("kubeflow.org", "tfjobs", "create") not in fake.calls
+    tf_config = {
+        e.name: e.value
+        for pod in k8s.kubelet.pods(k8s.name, "training.kubeflow.org/job-name=job")
+        for e in pod.spec.containers[0].env or []
+    }
+    assert "TF_CONFIG" in tf_config  # the operator's, not ours
