@@ -166,10 +166,15 @@ class _Download(_Request):
         self.done = done
         self.stream = stream
         self.chunks: list[bytes] = []
-        self.on_body = stream.write if stream is not None else self._keep
 
-    def _keep(self, chunk, **_) -> None:
-        self.chunks.append(bytes(chunk))
+    def on_body(self, chunk, offset: int, **_) -> None:
+        """The CRT's on_body (a transfer thread). No bound method of ``self`` is stored on
+        ``self``: a task is no reference cycle and goes as soon as it is done, not at the next
+        garbage collection."""
+        if self.stream is not None:
+            self.stream.write(chunk, offset)
+        else:
+            self.chunks.append(bytes(chunk))
 
     def on_done(self, *, error=None, **_) -> None:
         """The CRT's on_done (a transfer thread)."""
