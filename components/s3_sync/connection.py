@@ -142,12 +142,13 @@ class S3Connection:
         from awscrt.auth import AwsCredentialsProvider
         from botocore.credentials import RefreshableCredentials
         from botocore.exceptions import NoCredentialsError
-        from s3transfer.crt import BotocoreCRTCredentialsWrapper
 
         credentials = self.session.get_credentials()
         if credentials is None:
             raise NoCredentialsError()
         if isinstance(credentials, RefreshableCredentials):
+            from s3transfer.crt import BotocoreCRTCredentialsWrapper  # ~20 ms: only when needed
+
             return BotocoreCRTCredentialsWrapper(credentials).to_crt_credentials_provider()
         frozen = credentials.get_frozen_credentials()
         return AwsCredentialsProvider.new_static(
