@@ -116,15 +116,13 @@ class S3Connection:
             return self._crt
 
     def _make_crt(self):
-        from awscrt.io import ClientBootstrap, DefaultHostResolver, EventLoopGroup
         from awscrt.s3 import S3Client, S3RequestTlsMode, S3RetryConfig
 
         plain_http = self.endpoint.startswith("http:")
         credentials = self._crt_credentials()  # raises before any native resource exists
         tls_options = None if plain_http else self._crt_tls()
-        elg = EventLoopGroup()
         return S3Client(
-            bootstrap=ClientBootstrap(elg, DefaultHostResolver(elg)),
+            bootstrap=_crt_bootstrap(),
             region=self.region,
             credential_provider=credentials,
             tls_mode=S3RequestTlsMode.DISABLED if plain_http else S3RequestTlsMode.ENABLED,
@@ -246,6 +244,29 @@ def _shared_loader(session):
         if not _LOADER:
             _LOADER.append(session.get_component("data_loader"))
         return _LOADER[0]
+
+
+_BOOTSTRAP_LOCK = threading.Lock()
+_BOOTSTRAP: dict[int, Any] = {}
+
+
+def _crt_bootstrap():
+    """One CRT client bootstrap (event-loop threads, one per CPU, and a DNS resolver) per
+    process, shared by the S3 clients of all its syncs like the CRT's static default: no
+    threads are started and joined per sync, and the engine can keep a Python thread state on
+    each of them for good (``crt_engine.keep_thread_state``). A forked child makes its own (the
+    parent's threads do not exist there) and leaves the parent's alone: the CRT does not
+    support fork, and tearing down its objects in a child would wait for those threads."""
+    import os
+
+    from awscrt.io import ClientBootstrap, DefaultHostResolver, EventLoopGroup
+
+    with _BOOTSTRAP_LOCK:
+        pid = os.getpid()
+        if pid not in _BOOTSTRAP:
+            elg = EventLoopGroup()
+            _BOOTSTRAP[pid] = ClientBootstrap(elg, DefaultHostResolver(elg))
+        return _BOOTSTRAP[pid]
 
 
 def _settings_error(exc: Exception, endpoint_url: str | None) -> S3SyncUsageError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import sys
 import threading
 from concurrent.futures import Future
 from typing import Any
@@ -20,6 +21,35 @@ from components.s3_sync.hashing import ETag, is_md5_etag, multipart_candidates
 from components.s3_sync.streamed_file import StreamedFile
 
 _SHUTDOWN_WAIT_S = 30
+_THIS_THREAD = threading.local()
+
+
+def keep_thread_state() -> None:
+    """Keep the Python thread state of the CRT thread that calls this (from a callback) for
+    the thread's life.
+
+    awscrt calls into Python from its event-loop threads, 4 times per GET (headers, body, done,
+    shutdown), each time between PyGILState_Ensure and PyGILState_Release; on a thread that
+    Python did not start, CPython then creates a thread state (with a 16 KiB frame stack: an
+    mmap, and a munmap that interrupts the other CPUs to flush their TLBs) and deletes it again
+    every time. That was ~15% of a small-file download's CPU. One Ensure more, never released,
+    keeps the state alive (pybind11's ``gil_scoped_acquire::inc_ref`` does the same); the
+    threads are the process's shared event loops (``connection._crt_bootstrap``), and CPython
+    deletes the states at exit. Elsewhere than CPython this does nothing."""
+    if getattr(_THIS_THREAD, "kept", False):
+        return
+    _THIS_THREAD.kept = True  # stored in this very thread state, which now stays
+    ensure = _gilstate_ensure()
+    if ensure is not None:
+        ensure()
+
+
+def _gilstate_ensure():
+    if sys.implementation.name != "cpython":
+        return None
+    import ctypes
+
+    return ctypes.pythonapi.PyGILState_Ensure  # called with the GIL held (a PyDLL function)
 
 
 class CrtEngine:
@@ -171,6 +201,7 @@ class _Download(_Request):
         """The CRT's on_body (a transfer thread). No bound method of ``self`` is stored on
         ``self``: a task is no reference cycle and goes as soon as it is done, not at the next
         garbage collection."""
+        keep_thread_state()
         if self.stream is not None:
             self.stream.write(chunk, offset)
         else:
@@ -178,6 +209,7 @@ class _Download(_Request):
 
     def on_done(self, *, error=None, **_) -> None:
         """The CRT's on_done (a transfer thread)."""
+        keep_thread_state()
         self.engine._untrack(self)
         if self.stream is not None:
             error = self.stream.close(error)
@@ -200,6 +232,8 @@ class _Upload(_Request):
         self.future: Future = Future()
 
     def on_done(self, crt_future) -> None:
+        """The finished future's callback (a transfer thread)."""
+        keep_thread_state()
         self.engine._untrack(self)
         exc = crt_future.exception()
         if exc is not None:
