@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import multiprocessing
 import os
 
 import pytest
@@ -281,3 +282,25 @@ def test_multipart_object_with_an_unusual_part_size_is_verified(s3_env, bucket, 
     assert s3_env.client().head_object(Bucket=bucket, Key="odd/blob.bin")["ETag"].endswith('-3"')
     assert sync(f"s3://{bucket}/odd", tmp_path).transferred == 1
     assert (tmp_path / "blob.bin").read_bytes() == data
+
+
+def _sync_in_child(source: str, destination: str) -> None:
+    sync(source, destination, progress=False)
+
+
+def test_a_forked_child_syncs_with_event_loops_of_its_own(seeded, tmp_path):
+    """A process's syncs share the CRT's event-loop threads; a forked child (multiprocessing's
+    fork start method, as DataLoader workers use) has none of them and makes its own."""
+    _, bucket, _ = seeded
+    source = f"s3://{bucket}/data"
+    sync(source, tmp_path / "parent")
+    child = multiprocessing.get_context("fork").Process(
+        target=_sync_in_child, args=(source, str(tmp_path / "child"))
+    )
+    child.start()
+    child.join(60)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0
+    assert read_tree(tmp_path / "child") == read_tree(tmp_path / "parent")
+    assert sync(source, tmp_path / "again").transferred == 6  # the parent's loops still work
