@@ -254,36 +254,14 @@ _LOADER: list = []
 def _shared_loader(session):
     """One botocore data loader per process: it caches the parsed service model and endpoint
     rules (files of botocore's, the same for every session), which a new session would load
-    again (~0.1 s). Settings and credentials stay per session, read fresh for every sync."""
+    again (~0.1 s); botocore_loader.py makes loading them cheaper. Settings and credentials
+    stay per session, read fresh for every sync."""
+    from components.s3_sync.botocore_loader import s3_loader
+
     with _LOADER_LOCK:
         if not _LOADER:
-            loader = session.get_component("data_loader")  # honours AWS_DATA_PATH
-            loader.file_loader = _plain_json_file_loader()
-            _LOADER.append(loader)
+            _LOADER.append(s3_loader(session.get_config_variable("data_path")))
         return _LOADER[0]
-
-
-def _plain_json_file_loader():
-    """botocore's file loader (the same files, the same search), with JSON objects parsed into
-    plain dicts (ordered, like every dict) instead of OrderedDicts: botocore then makes an S3
-    client in ~60 ms instead of ~105 ms here (its S3 model, endpoint rules and endpoints.json
-    hold ~3 MB of JSON)."""
-    import gzip
-    import json
-
-    from botocore.loaders import JSONFileLoader
-
-    class PlainJSONFileLoader(JSONFileLoader):
-        def load_file(self, file_path):
-            for extension, opener in ((".json", open), (".json.gz", gzip.open)):
-                try:
-                    with opener(file_path + extension, "rb") as handle:
-                        return json.loads(handle.read())
-                except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-                    continue
-            return None
-
-    return PlainJSONFileLoader()
 
 
 _BOOTSTRAP_LOCK = threading.Lock()
