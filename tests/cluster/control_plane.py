@@ -170,7 +170,10 @@ class ControlPlane:
         if not self.audit_log.is_file():
             return events
         for line in self.audit_log.read_text().splitlines():
-            event = json.loads(line)
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # the line the API server is writing now
             if event.get("stage") != "ResponseComplete":
                 continue
             if user is not None and event.get("user", {}).get("username") != user:

@@ -4,7 +4,13 @@ create."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from components.launcher import KubernetesOptions, TrainSpec, job_api, run_job
 from tests.cluster.play import JobPods
@@ -79,6 +85,77 @@ def jobs(ns: Namespace, api: str) -> list[dict[str, Any]]:
     return listed["items"]
 
 
+SERVICE_ACCOUNT = "pipeline-runner"
+
+
+def install_namespaced_runtime(ns: Namespace, name: str) -> None:
+    """A TrainingRuntime ``name`` in the namespace: the official torch-distributed one's spec."""
+    from tests.cluster.control_plane import TRAINER
+
+    runtime = yaml.safe_load((TRAINER / "torch_distributed_runtime.yaml").read_text())
+    runtime |= {"kind": "TrainingRuntime", "metadata": {"name": name, "namespace": ns.name}}
+    ns.cluster.plane.apply([runtime])
+
+
+def role_without(namespace: str, *denied: tuple[str, str]) -> list[dict[str, Any]]:
+    """The rendered Role and RoleBinding, minus (verb, resource) pairs."""
+    from components.launcher.rbac import rbac_documents
+
+    role, binding = rbac_documents(namespace=namespace, service_account=SERVICE_ACCOUNT)
+    for rule in role["rules"]:
+        for resource in rule["resources"]:
+            rule["verbs"] = [v for v in rule["verbs"] if (v, resource) not in denied]
+    role["rules"] = [r for r in role["rules"] if r["verbs"]]
+    return [role, binding]
+
+
+def launcher_requests(ns: Namespace) -> list[dict[str, Any]]:
+    """What the launcher's ServiceAccount asked the API server, from its audit log."""
+    user = f"system:serviceaccount:{ns.name}:{SERVICE_ACCOUNT}"
+    return ns.cluster.plane.audit_events(user=user)
+
+
+def calls(ns: Namespace) -> set[tuple[str, str, str]]:
+    """(API group, resource[/subresource], verb) of every request the launcher made."""
+    found = set()
+    for event in launcher_requests(ns):
+        ref = event.get("objectRef") or {}
+        if not ref.get("resource"):
+            continue  # discovery (/apis/...): open to every authenticated user
+        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        found.add((ref.get("apiGroup", ""), resource, event["verb"]))
+    return found
+
+
+def created(ns: Namespace) -> list[dict[str, Any]]:
+    """The objects the launcher created, in order, as the API server decoded them (schema
+    defaults applied), from its audit log."""
+    events = [e for e in launcher_requests(ns) if e["verb"] == "create" and "requestObject" in e]
+    ok = [e for e in events if 200 <= e.get("responseStatus", {}).get("code", 0) < 300]
+    return [e["requestObject"] for e in sorted(ok, key=lambda e: e["requestReceivedTimestamp"])]
+
+
+@contextlib.contextmanager
+def bodies_sent() -> Iterator[list[dict[str, Any]]]:
+    """The bodies of the POSTs this process's ``kubernetes`` client sends, as sent (a recorder
+    at the client's REST layer; the API server still answers every request)."""
+    from kubernetes.client import rest
+
+    sent: list[dict[str, Any]] = []
+    original = rest.RESTClientObject.request
+
+    def request(self, method, url, *args, **kwargs):
+        if method == "POST" and isinstance(kwargs.get("body"), dict):
+            sent.append(copy.deepcopy(kwargs["body"]))
+        return original(self, method, url, *args, **kwargs)
+
+    rest.RESTClientObject.request = request
+    try:
+        yield sent
+    finally:
+        rest.RESTClientObject.request = original
+
+
 def succeed(workers: int = 2, *, lines: int = 3, restarts: int = 0, delay: float = 0.2):
     """Scenario: every pod runs, logs ``lines`` lines, exits 0."""
 
@@ -96,3 +173,29 @@ def succeed(workers: int = 2, *, lines: int = 3, restarts: int = 0, delay: float
             job.exit(pod, 0, restarts=restarts)
 
     return scenario
+
+
+def kubeconfig_of(configuration, path: Path) -> Path:
+    """A kubeconfig file for a client Configuration (server, CA, bearer token)."""
+    token = configuration.api_key["authorization"].removeprefix("Bearer ")
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": configuration.host,
+                            "certificate-authority": configuration.ssl_ca_cert,
+                        },
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": token}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    return path

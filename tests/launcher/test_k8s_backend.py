@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client as k8s_client
 
 from components.launcher import (
@@ -32,14 +31,16 @@ from components.launcher import (
     job_api,
     run_job,
 )
-from components.launcher.rbac import rbac_documents
 from tests.cluster.play import JobPods
 from tests.launcher.k8s_helpers import (
     ALL_APIS,
     APIS,
     create_directly,
+    install_namespaced_runtime,
     jobs,
+    kubeconfig_of,
     replica,
+    role_without,
     run,
     spec,
     succeed,
@@ -407,11 +408,7 @@ def test_a_missing_namespaced_runtime_fails_preflight(k8s):
 
 
 def test_a_namespaced_runtime_that_exists_is_used(k8s):
-    runtime = yaml.safe_load(
-        (REPO.parent / "shared/reference/trainer-v2.3.0/torch_distributed_runtime.yaml").read_text()
-    )
-    runtime |= {"kind": "TrainingRuntime", "metadata": {"name": "mine", "namespace": k8s.name}}
-    k8s.cluster.plane.apply([runtime])
+    install_namespaced_runtime(k8s, "mine")
     s = spec(k8s, "trainjob", runtime_kind="TrainingRuntime", runtime_name="mine")
     assert run(k8s, s, None, succeed(lines=1), cleanup="never").phase == "Succeeded"
     (job,) = jobs(k8s, "trainjob")
@@ -420,16 +417,6 @@ def test_a_namespaced_runtime_that_exists_is_used(k8s):
         "kind": "TrainingRuntime",
         "name": "mine",
     }
-
-
-def role_without(namespace: str, *denied: tuple[str, str]) -> list[dict]:
-    """The rendered Role and binding, minus (verb, resource) pairs."""
-    role, binding = rbac_documents(namespace=namespace, service_account="pipeline-runner")
-    for rule in role["rules"]:
-        for resource in rule["resources"]:
-            rule["verbs"] = [v for v in rule["verbs"] if (v, resource) not in denied]
-    role["rules"] = [r for r in role["rules"] if r["verbs"]]
-    return [role, binding]
 
 
 @pytest.mark.parametrize("api", ALL_APIS)
@@ -589,32 +576,6 @@ SIGTERM_SCRIPT = textwrap.dedent(
         sys.exit(143)
     """
 )
-
-
-def kubeconfig_of(configuration, path: Path) -> Path:
-    """A kubeconfig file for a client Configuration (server, CA, bearer token)."""
-    token = configuration.api_key["authorization"].removeprefix("Bearer ")
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "c",
-                        "cluster": {
-                            "server": configuration.host,
-                            "certificate-authority": configuration.ssl_ca_cert,
-                        },
-                    }
-                ],
-                "users": [{"name": "u", "user": {"token": token}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
-    return path
 
 
 @pytest.mark.parametrize("api", ALL_APIS)

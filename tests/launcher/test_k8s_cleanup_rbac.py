@@ -1,63 +1,92 @@
-"""The exit handler's cleanup of a run's jobs (every API), and RBAC = exactly what is called."""
+"""The exit handler's cleanup of a run's jobs (every API), and RBAC: the launcher runs as a
+ServiceAccount bound to the rendered Role on the real API server, and its audit log shows that
+the calls it makes are exactly what the Role grants."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 import yaml
 
-from components.launcher import JobFailed, TrainSpec
+from components.launcher import JobFailed, KubernetesOptions
 from components.launcher.backends.kubernetes import delete_run_jobs, granted_permissions
-from components.launcher.options import KubernetesOptions
 from components.launcher.rbac import RBAC_FILE, rbac_documents, render_rbac
 from components.launcher.step import cleanup_step
-from tests.launcher.conftest import succeed
-from tests.launcher.test_k8s_backend import ALL_APIS, create_directly, failing_node, run, spec
+from tests.cluster.play import JobPods
+from tests.launcher.k8s_helpers import (
+    ALL_APIS,
+    calls,
+    create_directly,
+    install_namespaced_runtime,
+    jobs,
+    role_without,
+    run,
+    spec,
+    succeed,
+)
 
 
-def cleanup(fake, run_id: str) -> int:
-    options = KubernetesOptions(client_configuration=fake.configuration())
-    return cleanup_step(run_id=run_id, namespace="default", backend="kubernetes", options=options)
+def cleanup(ns, run_id: str, configuration=None) -> int:
+    options = KubernetesOptions(
+        client_configuration=configuration or ns.launcher_configuration(), log=lambda _: None
+    )
+    return cleanup_step(run_id=run_id, namespace=ns.name, backend="kubernetes", options=options)
 
 
-def test_exit_handler_cleanup_deletes_only_this_runs_jobs_of_every_api(fake_api):
-    fake = fake_api()
+def names(ns, api: str) -> set[str]:
+    return {j["metadata"]["name"] for j in jobs(ns, api)}
+
+
+def fail_the_master(job: JobPods) -> None:
+    """Exit 1 under ExitCode: the Training Operator fails the PyTorchJob."""
+    (master,) = job.pods(1)
+    job.run(master)
+    job.exit(master, 1, reason="Error")
+    job.wait_until(lambda: "Failed" in conditions(job.job_object()))
+
+
+def conditions(job: dict | None) -> set[str]:
+    found = (job or {}).get("status", {}).get("conditions") or []
+    return {c["type"] for c in found if c.get("status") == "True"}
+
+
+def test_exit_handler_cleanup_deletes_only_this_runs_jobs_of_every_api(k8s):
     for name, api, run_id in (
         ("a", "trainjob", "run-1"),
         ("b", "pytorchjob", "run-1"),
         ("c", "trainjob", "run-2"),
         ("d", "tfjob", "run-1"),
         ("e", "tfjob", "run-2"),
+        ("f", "pytorchjob", "run-1"),
     ):
-        create_directly(fake, spec(api, name=name, run_id=run_id))
-    failed = spec("pytorchjob", name="f", run_id="run-1")
-    create_directly(fake, failed)
-    job = fake.get("pytorchjobs", "default", "f")
-    job["status"] = {"conditions": [{"type": "Failed", "status": "True", "reason": "X"}]}
-    fake.put("pytorchjobs", job, "MODIFIED")
-    assert cleanup(fake, "run-1") == 3
-    assert sorted(fake.deleted) == ["a", "b", "d"]
-    assert fake.job("c") is not None and fake.job("e") is not None
-    assert fake.job("f") is not None  # a failed job is kept for inspection
-    assert cleanup(fake, "run-1") == 0  # nothing left: nothing deleted, nothing claimed
-    assert cleanup_step(run_id="run-1", namespace="default", backend="local") == 0
+        create_directly(k8s, spec(k8s, api, name=name, run_id=run_id, workers=1))
+    fail_the_master(k8s.job("pytorchjob", "f"))  # the real operator marks it Failed
+    assert cleanup(k8s, "run-1") == 3
+    deadline = time.monotonic() + 30
+    while names(k8s, "trainjob") != {"c"} or names(k8s, "tfjob") != {"e"}:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert names(k8s, "pytorchjob") == {"f"}  # a failed job is kept for inspection
+    assert cleanup(k8s, "run-1") == 0  # nothing left: nothing deleted, nothing claimed
+    assert cleanup_step(run_id="run-1", namespace=k8s.name, backend="local") == 0
 
 
-def test_cleanup_goes_on_past_a_kind_the_role_may_not_list(fake_api):
+def test_cleanup_goes_on_past_a_kind_the_role_may_not_list(k8s):
     """A Role applied before tfjobs were in rbac.yaml: the other kinds are still cleaned up."""
-    fake = fake_api(denied={("list", "tfjobs")})
-    create_directly(fake, spec("pytorchjob", name="a", run_id="r"))
+    create_directly(k8s, spec(k8s, "pytorchjob", name="a", run_id="r", workers=1))
+    configuration = k8s.launcher_configuration(documents=role_without(k8s.name, ("list", "tfjobs")))
     lines: list[str] = []
-    options = KubernetesOptions(client_configuration=fake.configuration(), log=lines.append)
-    assert delete_run_jobs("default", "r", options=options) == ["PyTorchJob/a"]
-    assert any("may not list tfjobs in 'default' (HTTP 403)" in x for x in lines)
+    options = KubernetesOptions(client_configuration=configuration, log=lines.append)
+    assert delete_run_jobs(k8s.name, "r", options=options) == ["PyTorchJob/a"]
+    assert any(f"may not list tfjobs in '{k8s.name}' (HTTP 403)" in x for x in lines)
     assert any("rbac.yaml" in x for x in lines)
 
 
-def test_cleanup_skips_an_api_the_cluster_does_not_serve(fake_api):
-    fake = fake_api(served=("pytorchjob",))
-    create_directly(fake, TrainSpec(api="pytorchjob", name="a", namespace="default", run_id="r"))
-    assert cleanup(fake, "r") == 1
-    assert ("trainer.kubeflow.org", "trainjobs", "list") not in fake.calls
+def test_cleanup_skips_an_api_the_cluster_does_not_serve(operator_k8s):
+    create_directly(operator_k8s, spec(operator_k8s, "pytorchjob", name="a", run_id="r"))
+    assert cleanup(operator_k8s, "r") == 1  # no TrainJob API there: not asked, no error
+    assert ("trainer.kubeflow.org", "trainjobs", "list") not in calls(operator_k8s)
 
 
 # -- RBAC: the Role grants exactly what the backend calls ---------------------------------------
@@ -87,36 +116,44 @@ def test_rbac_yaml_is_the_rendering_of_the_permissions():
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
 
-def test_the_backend_calls_exactly_what_rbac_grants(fake_api):
+def failing(job: JobPods) -> None:
+    """A node exits 1, permanent: under ExitCode (PyTorchJob) the operator fails the job; under
+    OnFailure (TrainJob, TFJob) the kubelet restarts the container and the launcher stops it."""
+    pods = job.pods(2)
+    for pod in pods:
+        job.run(pod)
+    job.sleep(0.3)
+    if job.api == "pytorchjob":
+        job.exit(pods[1], 1, reason="Error")
+    else:
+        job.crash(pods[1], 1)
+    job.sleep(60)
+
+
+def test_the_backend_calls_exactly_what_rbac_grants(k8s):
     """Success, failure, re-attach, a namespaced runtime, cleanup and the monitoring objects of
-    metrics_port, with every API (TrainJob, PyTorchJob, TFJob), together use every granted verb
-    and no other (discovery and the optional reads aside)."""
-    used: set[tuple[str, str, str]] = set()
+    metrics_port, with every API, run as the rendered Role's ServiceAccount: every call is
+    allowed (a 403 would fail the run), and together they use every granted verb and no other
+    (the API server's audit log; discovery and the optional reads aside)."""
     for api in ALL_APIS:
-        fake = fake_api(scenario=succeed(lines=1))
-        run(fake, spec(api))
-        used |= fake.calls
-        fake = fake_api(scenario=failing_node("Error", 1))
+        run(k8s, spec(k8s, api, name=f"ok-{api}"), None, succeed(lines=1))
         with pytest.raises(JobFailed):
-            run(fake, spec(api))
-        used |= fake.calls
-        fake = fake_api(scenario=succeed(lines=1))
-        create_directly(fake, spec(api))
-        used |= {c for c in fake.calls if c[2] != "create"}  # that create was the test's
-        fake.calls.clear()
-        run(fake, spec(api))
-        cleanup(fake, "run-1")
-        used |= fake.calls
-    fake = fake_api(scenario=succeed(lines=1), namespaced_runtimes=(("default", "mine"),))
-    run(fake, spec("trainjob", runtime_kind="TrainingRuntime", runtime_name="mine"))
-    used |= fake.calls
+            run(k8s, spec(k8s, api, name=f"bad-{api}"), None, failing)
+        s = spec(k8s, api, name=f"again-{api}", run_id="run-2")
+        create_directly(k8s, s)
+        run(k8s, s, None, succeed(lines=1))
+        cleanup(k8s, "run-1")
+    install_namespaced_runtime(k8s, "mine")
+    s = spec(k8s, "trainjob", name="mine", runtime_kind="TrainingRuntime", runtime_name="mine")
+    run(k8s, s, None, succeed(lines=1))
     for monitor in ("podmonitor", "servicemonitor"):  # metrics_port: the monitoring objects
-        fake = fake_api(scenario=succeed(lines=1))
-        run(fake, spec("pytorchjob", metrics_port=9400, metrics_monitor=monitor))
-        used |= fake.calls
+        s = spec(k8s, "pytorchjob", name=monitor, metrics_port=9400, metrics_monitor=monitor)
+        lines: list[str] = []
+        run(k8s, s, lines, succeed(lines=1))
+        assert not any("not created" in x for x in lines), lines
     optional = {
-        ("", "namespaces", "get"),  # a 403 falls back to create's answer
+        ("", "namespaces", "get"),  # a 403 falls back to the permission check
         ("trainer.kubeflow.org", "clustertrainingruntimes", "get"),  # a 403 is only noted
         ("authorization.k8s.io", "selfsubjectaccessreviews", "create"),  # every user may
     }
-    assert used - optional == granted_permissions()
+    assert calls(k8s) - optional == granted_permissions()

@@ -1,8 +1,11 @@
 """``metrics_port``: ports, scrape annotations, the PodMonitor / ServiceMonitor and PrometheusRule
 (valid against the official Prometheus Operator CRDs, strictly), render, and the kubernetes
-backend creating them owned by the job (deleted with it) against the stand-in API server."""
+backend creating them owned by the job (deleted with it by the real garbage collector) on the
+real control plane."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 import yaml
@@ -17,9 +20,9 @@ from components.launcher.monitoring import (
     hang_expression,
     monitoring_documents,
 )
+from tests.cluster.play import JobPods
 from tests.crds import require_crd, schema_errors
-from tests.launcher.conftest import succeed
-from tests.launcher.test_k8s_backend import ALL_APIS, APIS, run, spec
+from tests.launcher.k8s_helpers import ALL_APIS, APIS, created, role_without, run, spec, succeed
 
 REPLICAS = {"pytorchjob": "pytorchReplicaSpecs", "tfjob": "tfReplicaSpecs"}
 
@@ -54,7 +57,14 @@ def test_documents_are_valid_against_the_official_crds(api, monitor):
     for kind in ("podmonitor", "servicemonitor", "prometheusrule", api):
         require_crd(kind)
     nproc = 1 if api == "tfjob" else 2  # a TFJob runs one process per pod
-    s = spec(api, nproc_per_node=nproc, metrics_port=9400, metrics_monitor=monitor, namespace="ml")
+    s = spec(
+        "default",
+        api,
+        nproc_per_node=nproc,
+        metrics_port=9400,
+        metrics_monitor=monitor,
+        namespace="ml",
+    )
     job = build_manifest(s)
     assert schema_errors(api, job) == []
     documents = monitoring_documents(s)
@@ -73,7 +83,13 @@ def test_documents_are_valid_against_the_official_crds(api, monitor):
 
 @pytest.mark.parametrize("api", ALL_APIS)
 def test_every_replica_opens_the_ports_and_is_annotated(api):
-    s = spec(api, workers=3, metrics_port=9400, **({} if api == "tfjob" else {"nproc_per_node": 2}))
+    s = spec(
+        "default",
+        api,
+        workers=3,
+        metrics_port=9400,
+        **({} if api == "tfjob" else {"nproc_per_node": 2}),
+    )
     job = build_manifest(s)
     for found in pod_annotations(job):
         assert found[SCRAPE_ANNOTATION] == "true" and found[PORT_ANNOTATION] == "9400"
@@ -107,7 +123,7 @@ def test_every_replica_opens_the_ports_and_is_annotated(api):
 
 
 def test_without_metrics_port_nothing_changes():
-    s = spec("pytorchjob")
+    s = spec("default", "pytorchjob")
     assert monitoring_documents(s) == []
     job = build_manifest(s)
     assert all("ports" not in c for c in containers(job))
@@ -130,11 +146,13 @@ def test_without_metrics_port_nothing_changes():
 )
 def test_bad_monitoring_settings_are_refused_naming_the_field(fields, message):
     with pytest.raises(SpecError, match=message):
-        spec("pytorchjob", **fields)
+        spec("default", "pytorchjob", **fields)
 
 
 def test_the_hang_alert_selects_the_jobs_series():
-    s = spec("trainjob", metrics_port=9400, hang_alert_s=120, namespace="ml", name="cats")
+    s = spec(
+        "default", "trainjob", metrics_port=9400, hang_alert_s=120, namespace="ml", name="cats"
+    )
     assert hang_expression(s) == (
         'max by (namespace, job) (kfp_ddp_train_seconds_since_last_step{namespace="ml", '
         'job="cats"}) > 120'
@@ -152,48 +170,87 @@ def test_render_prints_the_job_then_the_monitoring_documents():
     assert [d["kind"] for d in yaml.safe_load_all(plain.stdout)] == ["PyTorchJob"]
 
 
-# -- the kubernetes backend ----------------------------------------------------------------------
+# -- the kubernetes backend (the real API server, garbage collector and RBAC) ---------------------
+
+
+def monitoring_objects(ns) -> dict[str, list[dict]]:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(ns.admin())
+    found = {
+        plural: custom.list_namespaced_custom_object(
+            "monitoring.coreos.com", "v1", ns.name, plural
+        )["items"]
+        for plural in ("podmonitors", "servicemonitors", "prometheusrules")
+    }
+    found["services"] = [
+        s.to_dict() for s in client.CoreV1Api(ns.admin()).list_namespaced_service(ns.name).items
+    ]
+    return found
+
+
+def wait_until_collected(ns, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(monitoring_objects(ns).values()):
+        assert time.monotonic() < deadline, monitoring_objects(ns)
+        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_the_backend_creates_them_owned_by_the_job_and_they_go_with_it(fake_api, api):
-    fake = fake_api(scenario=succeed(lines=1))
+def test_the_backend_creates_them_owned_by_the_job_and_they_go_with_it(k8s, api):
+    seen: dict[str, list[dict]] = {}
+
+    def scenario(job: JobPods) -> None:
+        pods = job.pods(2)
+        for pod in pods:
+            job.run(pod)
+        job.wait_until(lambda: len(monitoring_objects(k8s)["prometheusrules"]) == 1)
+        seen.update(monitoring_objects(k8s))
+        seen["job"] = [job.job_object()]
+        for pod in reversed(pods):
+            job.exit(pod)
+
     lines: list[str] = []
-    run(fake, spec(api, metrics_port=9400, hang_alert_s=300), lines)
-    created = {(m["kind"], m["metadata"]["name"]) for m in fake.created_manifests}
-    assert created >= {("PodMonitor", "job-metrics"), ("PrometheusRule", "job-alerts")}
-    added = [obj for _, _, event, obj in fake.history if event == "ADDED"]
-    (job,) = [o for o in added if o.get("kind") in ("TrainJob", "PyTorchJob")]
-    owned = [o for o in added if o.get("kind") in ("PodMonitor", "PrometheusRule")]
-    for obj in owned:
+    run(k8s, spec(k8s, api, metrics_port=9400, hang_alert_s=300), lines, scenario)
+    (job,) = seen["job"]
+    (monitor,) = seen["podmonitors"]
+    (rule,) = seen["prometheusrules"]
+    assert (monitor["metadata"]["name"], rule["metadata"]["name"]) == ("job-metrics", "job-alerts")
+    for obj in (monitor, rule):
         (owner,) = obj["metadata"]["ownerReferences"]
         assert owner["uid"] == job["metadata"]["uid"] and owner["kind"] == job["kind"]
-    # cleanup=on-success deleted the job; the garbage collector took its monitoring objects
-    assert fake.deleted == ["job"]
-    assert fake.objects["podmonitors"] == {} and fake.objects["prometheusrules"] == {}
-    assert any("created PodMonitor default/job-metrics" in line for line in lines)
+    assert any(f"created PodMonitor {k8s.name}/job-metrics" in line for line in lines)
+    # cleanup=on-success deleted the job; the garbage collector takes its monitoring objects
+    wait_until_collected(k8s)
 
 
-def test_servicemonitor_alternative_creates_a_service_too(fake_api):
-    fake = fake_api(scenario=succeed(lines=1))
-    run(fake, spec("trainjob", metrics_port=9400, metrics_monitor="servicemonitor"))
-    kinds = [m["kind"] for m in fake.created_manifests]
+def test_servicemonitor_alternative_creates_a_service_too(k8s):
+    run(
+        k8s,
+        spec(k8s, "trainjob", metrics_port=9400, metrics_monitor="servicemonitor"),
+        None,
+        succeed(lines=1),
+    )
+    kinds = [m["kind"] for m in created(k8s)]
     assert kinds == ["TrainJob", "Service", "ServiceMonitor", "PrometheusRule"]
-    assert fake.objects["services"] == {} and fake.objects["servicemonitors"] == {}
+    wait_until_collected(k8s)
 
 
-def test_a_cluster_without_the_prometheus_operator_still_trains(fake_api):
-    fake = fake_api(scenario=succeed(lines=1), monitoring=False)
+def test_a_cluster_without_the_prometheus_operator_still_trains(operator_k8s):
     lines: list[str] = []
-    result = run(fake, spec("pytorchjob", metrics_port=9400), lines)
+    s = spec(operator_k8s, "pytorchjob", metrics_port=9400)
+    result = run(operator_k8s, s, lines, succeed(lines=1))
     assert result.phase == "Succeeded"
     assert any("serves no monitoring.coreos.com/v1 PodMonitor" in line for line in lines)
 
 
-def test_a_role_without_the_monitoring_rules_still_trains(fake_api):
-    fake = fake_api(scenario=succeed(lines=1), denied={("create", "prometheusrules")})
+def test_a_role_without_the_monitoring_rules_still_trains(k8s):
+    configuration = k8s.launcher_configuration(
+        documents=role_without(k8s.name, ("create", "prometheusrules"))
+    )
     lines: list[str] = []
-    result = run(fake, spec("trainjob", metrics_port=9400), lines)
+    s = spec(k8s, "trainjob", metrics_port=9400)
+    result = run(k8s, s, lines, succeed(lines=1), configuration=configuration)
     assert result.phase == "Succeeded"
-    assert any("PrometheusRule default/job-alerts not created" in x and "rbac" in x for x in lines)
+    assert any("PrometheusRule" in x and "not created" in x and "rbac" in x for x in lines)
     assert any("created PodMonitor" in line for line in lines)

@@ -1,14 +1,13 @@
 """``kfp-ddp render`` prints exactly the job the pipeline's training step submits (name included).
 
 The step runs as it runs in a pod — ``run_training_step`` with a Model artifact under a KFP run's
-URI — against the stand-in API server, which records the job it was sent; render gets the same
+URI, its kubeconfig the launcher's ServiceAccount's — against the real API server, whose audit
+log keeps what it was sent; the test plays the kubelet so the job completes. Render gets the same
 pipeline parameters, run id and data digest through the CLI. Both go through
 ``pipelines.training.training_step_inputs`` and ``components.launcher.step.training_spec``.
 """
 
 from __future__ import annotations
-
-import copy
 
 import pytest
 import yaml
@@ -28,7 +27,7 @@ from pipelines.training import (
     checkpoint_base,
     training_step_inputs,
 )
-from tests.launcher.conftest import succeed
+from tests.launcher.k8s_helpers import bodies_sent, created, kubeconfig_of, succeed
 
 RUN_ID = "5d0c5e4e-1111-4a2b-9c3d-0123456789ab"
 DIGEST = "sha256-0f3a"
@@ -42,7 +41,7 @@ PARAMS = [
     "-p",
     "gpus_per_worker=0",
     "-p",
-    "namespace=default",
+    "namespace=NAMESPACE",
     "-p",
     "epochs=3",
     "-p",
@@ -55,40 +54,42 @@ PARAMS = [
 ]
 
 
-def with_kubeconfig(params: list[str], path) -> list[str]:
-    return [p.replace("KUBECONFIG", str(path)) for p in params]
+def with_kubeconfig(params: list[str], path, namespace: str) -> list[str]:
+    return [p.replace("KUBECONFIG", str(path)).replace("NAMESPACE", namespace) for p in params]
 
 
-def rendered(*params: str, storage: str = DEFAULT_STORAGE) -> dict:
-    (job,) = rendered_documents(*params, storage=storage)
+def rendered(ns, *params: str, storage: str = DEFAULT_STORAGE) -> dict:
+    (job,) = rendered_documents(ns, *params, storage=storage)
     return job
 
 
-def rendered_documents(*params: str, storage: str = DEFAULT_STORAGE) -> list[dict]:
+def rendered_documents(ns, *params: str, storage: str = DEFAULT_STORAGE) -> list[dict]:
     args = ["render", "--run-id", RUN_ID, "--data-digest", DIGEST, "--storage", storage]
     args += [*PARAMS, *params]
-    result = CliRunner().invoke(main, with_kubeconfig(args, "/nowhere/kubeconfig"))
+    result = CliRunner().invoke(main, with_kubeconfig(args, "/nowhere/kubeconfig", ns.name))
     assert result.exit_code == 0, result.output
     return list(yaml.safe_load_all(result.stdout))
 
 
-def submitted(fake_api, tmp_path, *params: str, **options) -> dict:
-    """Run the training step against the stand-in; return the manifest it created."""
-    (job,) = submitted_documents(fake_api, tmp_path, *params, **options)
+def submitted(ns, tmp_path, *params: str, **options) -> dict:
+    """Run the training step on the cluster; return the manifest it created."""
+    (job,) = submitted_documents(ns, tmp_path, *params, **options)
     return job
 
 
 def submitted_documents(
-    fake_api, tmp_path, *params: str, served=("trainjob", "pytorchjob"), storage=DEFAULT_STORAGE
+    ns, tmp_path, *params: str, api: str = "trainjob", storage=DEFAULT_STORAGE
 ) -> list[dict]:
-    """Run the training step against the stand-in; return everything it created."""
-    fake = fake_api(scenario=succeed(workers=2, lines=1), served=served)
+    """Run the training step on the cluster (``api``: the one it will pick); return everything
+    it created, as the API server received it."""
+    name = rendered_documents(ns, *params, storage=storage)[0]["metadata"]["name"]
+    ns.scenario(api, name, succeed(workers=2, lines=1))
     pipeline = build_training_pipeline(storage=storage)
     pipeline_inputs = declared_inputs(json_format.MessageToDict(pipeline.pipeline_spec))
     # The step finds the cluster the way kubectl does: a kubeconfig naming the stand-in (passed
     # as a backend option, which is not part of the manifest).
     kubeconfig = tmp_path / "kubeconfig"
-    pairs = [p for p in with_kubeconfig([*PARAMS, *params], kubeconfig) if p != "-p"]
+    pairs = [p for p in with_kubeconfig([*PARAMS, *params], kubeconfig, ns.name) if p != "-p"]
     arguments = default_arguments(pipeline_inputs) | parse_parameters(pairs, pipeline_inputs)
     arguments |= {"backend": "kubernetes", "workspace_path": WORKSPACE_MOUNT_PATH}
     arguments |= {"storage": storage}
@@ -109,50 +110,43 @@ def submitted_documents(
     root = tmp_path / "mlpipeline" / "v2" / "artifacts" / "kfp-ddp-training" / RUN_ID
     model = dsl.Model(uri=str(root / "training-job-component" / "42" / "model"))
     metrics = dsl.Metrics(uri=str(root / "training-job-component" / "42" / "metrics"))
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "stand-in", "cluster": {"server": fake.url}}],
-                "users": [{"name": "me", "user": {"token": "t"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "stand-in", "user": "me"}}],
-                "current-context": "c",
-            }
-        )
-    )
+    kubeconfig_of(ns.launcher_configuration(), kubeconfig)
     # No trainer wrote a model: in the shared folder, or under the run's S3 output.
-    with pytest.raises((FileNotFoundError, S3SyncError), match="lack|S3"):
+    with bodies_sent() as sent, pytest.raises((FileNotFoundError, S3SyncError), match="lack|S3"):
         run_training_step(inputs, model=model, metrics=metrics)
-    return copy.deepcopy(fake.created_manifests)
+    kinds = ("TrainJob", "PyTorchJob", "PodMonitor", "PrometheusRule", "Service", "ServiceMonitor")
+    documents = [body for body in sent if body.get("kind") in kinds]
+    # ... and the API server took each of them (its audit log), nothing else.
+    assert [d["kind"] for d in created(ns)] == [d["kind"] for d in documents]
+    return documents
 
 
 @pytest.mark.parametrize("storage", STORAGE_MODES)
 @pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
-def test_render_equals_what_the_step_submits(fake_api, tmp_path, api, storage):
-    job = submitted(fake_api, tmp_path, "-p", f"job_api={api}", storage=storage)
-    assert job == rendered("-p", f"job_api={api}", storage=storage)
+def test_render_equals_what_the_step_submits(k8s, tmp_path, api, storage):
+    job = submitted(k8s, tmp_path, "-p", f"job_api={api}", api=api, storage=storage)
+    assert job == rendered(k8s, "-p", f"job_api={api}", storage=storage)
     assert job["metadata"]["name"].startswith("train-")
     assert job["metadata"]["labels"]["kfp-ddp.io/run-id"] == RUN_ID
 
 
 def test_auto_on_a_cluster_without_trainer_v2_submits_the_pytorchjob_render_shows(
-    fake_api, tmp_path
+    operator_k8s, tmp_path
 ):
-    job = submitted(fake_api, tmp_path, served=("pytorchjob",))
+    job = submitted(operator_k8s, tmp_path, api="pytorchjob")
     assert job["kind"] == "PyTorchJob"
-    assert job == rendered("-p", "job_api=pytorchjob")
-    assert rendered()["kind"] == "TrainJob"  # auto renders what a current Kubeflow runs
+    assert job == rendered(operator_k8s, "-p", "job_api=pytorchjob")
+    assert rendered(operator_k8s)["kind"] == "TrainJob"  # auto renders what Kubeflow runs now
 
 
-def test_render_with_metrics_port_prints_what_the_step_creates(fake_api, tmp_path):
+def test_render_with_metrics_port_prints_what_the_step_creates(k8s, tmp_path):
     """The job, its PodMonitor and PrometheusRule: the same documents, in the same order (the
     ownerReference to the job's uid is the cluster's part: the uid exists once the job does)."""
     params = ("-p", "job_api=pytorchjob", "-p", "metrics_port=9400")
-    created = submitted_documents(fake_api, tmp_path, *params)
-    for document in created[1:]:
+    documents = submitted_documents(k8s, tmp_path, *params, api="pytorchjob")
+    for document in documents[1:]:
         (owner,) = document["metadata"].pop("ownerReferences")
-        assert (owner["kind"], owner["name"]) == ("PyTorchJob", created[0]["metadata"]["name"])
-    printed = rendered_documents("-p", "job_api=pytorchjob", "--metrics-port", "9400")
+        assert (owner["kind"], owner["name"]) == ("PyTorchJob", documents[0]["metadata"]["name"])
+    printed = rendered_documents(k8s, "-p", "job_api=pytorchjob", "--metrics-port", "9400")
     assert [d["kind"] for d in printed] == ["PyTorchJob", "PodMonitor", "PrometheusRule"]
-    assert created == printed
+    assert documents == printed

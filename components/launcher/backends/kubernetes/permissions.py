@@ -10,7 +10,6 @@ Permission = tuple[str, str, str]
 
 JOB_VERBS = ("create", "get", "list", "watch", "delete")
 POD_PERMISSIONS: tuple[Permission, ...] = (
-    ("", "pods", "get"),
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "pods/log", "get"),
