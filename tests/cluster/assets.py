@@ -30,8 +30,12 @@ CONTROLLERS = (
 )
 COMPILER = "kfp-argo-compile"
 HOW_TO_GET = (
-    "set KUBEBUILDER_ASSETS to a folder with kube-apiserver and etcd (setup-envtest use 1.36 -p "
-    f"path), or put ../shared/envtest (*.xz) beside the repository (looked in {SHARED_ENVTEST})"
+    "put ../shared/envtest (the *.xz binaries) beside the repository (looked in "
+    f"{SHARED_ENVTEST}), or set KUBEBUILDER_ASSETS to a folder holding them: kube-apiserver "
+    "and etcd (`setup-envtest use 1.36 -p path` prints one), plus kube-controller-manager, "
+    "jobset-controller, trainer-controller-manager, training-operator and kfp-argo-compile for "
+    "the tests that run the controllers or the KFP compiler (build.sh in ../shared/envtest "
+    "rebuilds them)"
 )
 
 
