@@ -52,7 +52,9 @@ CRD_FILES = {
 
 PARTS = ("controller-manager", "trainer", "training-operator", "monitoring")
 """What a plane can run: ``trainer`` brings JobSet too; ``training-operator`` serves PyTorchJob
-and TFJob; ``monitoring`` installs the Prometheus Operator's CRDs (no operator runs)."""
+and TFJob; ``monitoring`` installs the Prometheus Operator's CRDs (no operator runs). A plane of
+no parts (an API server alone) runs without the API server's watch cache: its watches read etcd
+directly, so ``compact_etcd`` makes an older resourceVersion answer 410 Gone."""
 
 ADMIN_USER = "admin"
 OPERATOR_NAMESPACE = "kubeflow"
@@ -286,6 +288,7 @@ class ControlPlane:
                 "--disable-admission-plugins=ServiceAccount",
                 "--allow-privileged=true",
                 "--kubelet-preferred-address-types=InternalIP",
+                *(() if self.parts else ("--watch-cache=false",)),
                 f"--audit-policy-file={audit_policy}",
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-format=json",
@@ -540,6 +543,15 @@ class ControlPlane:
                     raise StartupError(f"CRD {name} was not removed within 60 s")
                 time.sleep(0.1)
 
+    def compact_etcd(self) -> int:
+        """Compact etcd at its current revision: an older resourceVersion is gone (a watch from
+        it answers 410 Gone where the API server watches etcd directly: the bare plane)."""
+        base = f"http://127.0.0.1:{self.ports.etcd_client}/v3/kv"
+        header = _post_json(f"{base}/range", {"key": "AA=="})["header"]
+        revision = int(header["revision"])
+        _post_json(f"{base}/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
     def serve_only(self, groups: tuple[str, ...]) -> None:
         """Serve the job CRDs of ``groups`` (of trainer, pytorchjob, tfjob) and no other."""
         jobs = ("trainer", "pytorchjob", "tfjob")
@@ -577,6 +589,16 @@ class ControlPlane:
         """A dry-run create through each webhook answers (the API server's client is warm)."""
         # Webhook configurations take effect once the API server's informer sees them.
         time.sleep(0.5)
+
+
+def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    import urllib.request
+
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
 
 
 def _established(crd: Any) -> bool:

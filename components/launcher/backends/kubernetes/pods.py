@@ -15,6 +15,7 @@ from typing import Any
 from components.launcher.apis import JobApi
 from components.launcher.backends.common import ReplicaLogs
 from components.launcher.backends.kubernetes.clients import Clients
+from components.launcher.backends.kubernetes.watching import ResumableWatch
 
 
 def container_status(pod: Any, container: str) -> Any | None:
@@ -114,21 +115,19 @@ class PodFollower:
     # -- the watch -----------------------------------------------------------------------------
 
     def _watch(self) -> None:
-        from kubernetes import watch
-
-        selector = f"{self.api.pod_job_label}={self.job_name}"
+        watch = ResumableWatch(
+            self.clients.core.list_namespaced_pod,
+            (self.namespace,),
+            {"label_selector": f"{self.api.pod_job_label}={self.job_name}"},
+            self.logs.note,
+            "pod",
+        )
         while not self.stop.is_set():
             try:
-                stream = watch.Watch()
-                for event in stream.stream(
-                    self.clients.core.list_namespaced_pod,
-                    self.namespace,
-                    label_selector=selector,
-                    timeout_seconds=max(1, int(self.poll_interval_s)),
-                ):
-                    self.on_pod(event["type"], event["object"])
+                for kind, pod in watch.events(max(1, int(self.poll_interval_s))):
+                    self.on_pod(kind, pod)
                     if self.stop.is_set():
-                        stream.stop()
+                        break
             except Exception as exc:  # noqa: BLE001 - keep following; the main loop decides
                 if not self.stop.is_set():
                     self.logs.note(f"pod watch interrupted ({exc}); retrying")

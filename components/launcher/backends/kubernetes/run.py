@@ -24,6 +24,7 @@ from components.launcher.backends.kubernetes.pods import PodFollower
 from components.launcher.backends.kubernetes.preflight import preflight
 from components.launcher.backends.kubernetes.submit import JobHandle
 from components.launcher.backends.kubernetes.watchdog import Watchdog
+from components.launcher.backends.kubernetes.watching import ResumableWatch
 from components.launcher.options import KubernetesOptions
 from components.launcher.result import (
     JobCancelled,
@@ -92,6 +93,13 @@ class _Follow:
         self.start = time.monotonic()
         self.reattached = False
         self.phase = JobPhase(None)
+        self.job_watch = ResumableWatch(
+            run.clients.custom.list_namespaced_custom_object,
+            (self.api.group, self.api.version, spec.namespace, self.api.plural),
+            {"field_selector": f"metadata.name={spec.name}"},
+            run.logs.note,
+            "job",
+        )
 
     # -- results -------------------------------------------------------------------------------
 
@@ -226,28 +234,16 @@ class _Follow:
         )
 
     def _watch_job_once(self, timeout: int) -> list[tuple[str, dict[str, Any]]]:
-        """The job's watch events for up to ``timeout`` s (the first replays its current state).
+        """The job's watch events for up to ``timeout`` s (continuing the previous request).
 
         A broken watch falls back to one GET, so a flaky connection never ends the follow.
         """
-        from kubernetes import watch
-
-        api, spec = self.api, self.spec
         events = []
         try:
-            stream = watch.Watch()
-            for event in stream.stream(
-                self.run_.clients.custom.list_namespaced_custom_object,
-                api.group,
-                api.version,
-                spec.namespace,
-                api.plural,
-                field_selector=f"metadata.name={spec.name}",
-                timeout_seconds=timeout,
-            ):
-                events.append((event["type"], event["object"]))
-                if event["type"] == "DELETED" or api.phase(event["object"]).phase:
-                    stream.stop()
+            for kind, job in self.job_watch.events(timeout):
+                events.append((kind, job))
+                if kind == "DELETED" or self.api.phase(job).phase:
+                    break
             return events
         except Exception as exc:  # noqa: BLE001 - ApiException, urllib3 errors, bad chunks
             self.logs.note(f"job watch interrupted ({exc}); reading the job instead")
