@@ -8,7 +8,7 @@ a symlink out of the source folder; ``delete`` removes only keys under the desti
 from __future__ import annotations
 
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -65,11 +65,10 @@ class UploadJob:
                 "pass an existing local folder or an s3:// URI"
             )
         refused: list[str] = []
-        local = walk_local(self.src, follow_inside_links=True, refused=refused)
+        local, listing, cache = self._walk_and_list(refused)
         report.refused = [r for r in refused if options.selects(r)]
         files = {rel: lf for rel, lf in local.items() if options.selects(rel)}
-        remote = {ob.rel: ob for ob in list_objects(self.conn, self.dst, engine=self.engine)}
-        cache = HashCache(self.src, self.dst.uri)
+        remote = {ob.rel: ob for ob in listing}
         sends = self._decide(files, remote, cache)
         report.files = len(files)
         report.bytes_total = sum(lf.st.st_size for lf in files.values())
@@ -90,6 +89,20 @@ class UploadJob:
         finally:
             cache.save(keep=set(files))
         return report
+
+    def _walk_and_list(
+        self, refused: list[str]
+    ) -> tuple[dict[str, LocalFile], list[RemoteObject], HashCache]:
+        """The source's files and hash cache, and meanwhile (it waits on the network) the
+        listing of the destination."""
+        with ThreadPoolExecutor(1, thread_name_prefix="s3sync-list") as lister:
+            listed = lister.submit(list_objects, self.conn, self.dst, engine=self.engine)
+            try:
+                local = walk_local(self.src, follow_inside_links=True, refused=refused)
+                cache = HashCache(self.src, self.dst.uri)
+            finally:
+                listing = listed.result()
+        return local, listing, cache
 
     def _decide(
         self, files: dict[str, LocalFile], remote: dict[str, RemoteObject], cache: HashCache
