@@ -98,3 +98,5 @@ class HashCache:
             write_atomic(self.path, lambda handle: handle.write(data))
         except OSError as exc:  # no writable cache: the next run hashes instead
             log.debug("s3-sync: could not save %s: %s", self.path, exc)
+        else:
+            self.dirty = False  # a second save() with nothing new writes nothing
