@@ -5,7 +5,8 @@ pipelines/upload (multipart ``uploadfile``), pipelines/upload_version, experimen
 runs create and recurringruns create. Every request is recorded (method, path, query, headers,
 decoded body) so tests can assert on exactly what the client sent. ``token`` makes every request
 without ``Authorization: Bearer <token>`` fail with 401; ``forbidden`` answers 403 to everything;
-``reject`` answers chosen routes with chosen errors.
+``reject`` answers chosen routes with chosen errors; ``tag_name`` is the release healthz reports
+(like the real server's TAG_NAME: ``2.17.0``, ``master``, ``unknown``; None leaves it out).
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ class FakeKfpServer:
         token: str | None = None,
         forbidden: bool = False,
         reject: dict[str, tuple[int, str]] | None = None,
+        tag_name: str | None = "2.17.0",
     ) -> None:
         self.token = token
+        self.tag_name = tag_name
         self.forbidden = forbidden
         self.reject = dict(reject or {})
         """``{"POST /runs": (400, "message")}``: answer that route with that error."""
@@ -149,7 +152,8 @@ class FakeKfpServer:
         return handler(self, r)
 
     def _healthz(self, r: RecordedRequest) -> tuple[int, dict]:
-        return 200, {"commit_sha": "stand-in", "tag_name": "2.5.0", "multi_user": False}
+        healthz = {"commit_sha": "stand-in", "tag_name": self.tag_name, "multi_user": False}
+        return 200, {key: value for key, value in healthz.items() if value is not None}
 
     def _list_pipelines(self, r: RecordedRequest) -> tuple[int, dict]:
         wanted = _filter_value(r.query)
