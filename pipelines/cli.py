@@ -18,7 +18,13 @@ import click
 
 from components import DEFAULT_IMAGE
 from pipelines.cli_arguments import checked_arguments, parse_parameters, pipeline_inputs
-from pipelines.kfp_api import api_errors, connect, kfp_cron
+from pipelines.kfp_api import (
+    MIN_KFP_BACKEND,
+    SKIP_VERSION_CHECK_FLAG,
+    api_errors,
+    connect,
+    kfp_cron,
+)
 from pipelines.package import (
     PACKAGES,
     PLACEHOLDER_HINT,
@@ -52,6 +58,13 @@ _namespace_option = click.option(
     envvar="KFP_NAMESPACE",
     default=None,
     help="Kubeflow profile namespace of a multi-user Kubeflow (also $KFP_NAMESPACE).",
+)
+_version_check_option = click.option(
+    SKIP_VERSION_CHECK_FLAG,
+    "skip_version_check",
+    is_flag=True,
+    help=f"Warn instead of refusing when the API server's release is older than "
+    f"{MIN_KFP_BACKEND} (for a backend with the needed features patched in).",
 )
 _image_option = click.option(
     "--image",
@@ -197,6 +210,7 @@ def run_local_command(
 @main.command("upload")
 @_host_option
 @_namespace_option
+@_version_check_option
 @click.option("--name", default=DEFAULT_PIPELINE_NAME, show_default=True, help="Pipeline name.")
 @click.option(
     "--version",
@@ -211,6 +225,7 @@ def run_local_command(
 def upload_command(
     host: str | None,
     namespace: str | None,
+    skip_version_check: bool,
     name: str,
     version_name: str | None,
     description: str | None,
@@ -220,7 +235,7 @@ def upload_command(
 ) -> None:
     """Upload the compiled pipeline; a new version if a pipeline of that name exists."""
     with package_for_submit(package, image, what="upload", storage=storage) as (path, _spec):
-        client, host = connect(host, namespace)
+        client, host = connect(host, namespace, skip_version_check=skip_version_check)
         with api_errors(f"look up pipeline {name!r}", host):
             pipeline_id = client.get_pipeline_id(name)
         if pipeline_id is None:
@@ -251,6 +266,7 @@ def _submit_options(func):
         [
             _host_option,
             _namespace_option,
+            _version_check_option,
             click.option(
                 "--experiment",
                 default=DEFAULT_EXPERIMENT,
@@ -305,6 +321,7 @@ def _experiment_id(client, experiment: str, namespace: str | None, host: str) ->
 def run_command(
     host: str | None,
     namespace: str | None,
+    skip_version_check: bool,
     experiment: str,
     run_name: str | None,
     package: Path | None,
@@ -321,7 +338,7 @@ def run_command(
         spec,
     ):
         arguments = _submit_arguments(params, spec, fresh_token=no_cache)
-        client, host = connect(host, namespace)
+        client, host = connect(host, namespace, skip_version_check=skip_version_check)
         experiment_id = _experiment_id(client, experiment, namespace, host)
         run_name = run_name or f"{spec['pipelineInfo']['name']} {_utc_stamp()}"
         with api_errors(f"start run {run_name!r}", host):
@@ -366,6 +383,7 @@ def schedule_command(
     end_time: str | None,
     host: str | None,
     namespace: str | None,
+    skip_version_check: bool,
     experiment: str,
     run_name: str | None,
     package: Path | None,
@@ -382,7 +400,7 @@ def schedule_command(
         package, image, what="schedule", storage=storage, no_cache=no_cache
     ) as (path, spec):
         arguments = _submit_arguments(params, spec)
-        client, host = connect(host, namespace)
+        client, host = connect(host, namespace, skip_version_check=skip_version_check)
         experiment_id = _experiment_id(client, experiment, namespace, host)
         run_name = run_name or f"{spec['pipelineInfo']['name']} ({cron_expression})"
         with api_errors(f"create recurring run {run_name!r}", host):

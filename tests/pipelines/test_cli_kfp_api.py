@@ -393,3 +393,146 @@ def test_namespace_goes_to_the_experiment_and_comes_from_kfp_namespace(
     )
     assert again.exit_code == 0, again.output
     assert kfp_server.requests_to("POST", "/experiments")[1].json["namespace"] == "team-b"
+
+
+HEALTHZ_ONLY = [("GET", "/apis/v2beta1/healthz")]
+
+
+def sent(server: FakeKfpServer) -> list[tuple[str, str]]:
+    return [(r.method, r.path) for r in server.requests]
+
+
+def submit_args(command: str, url: str, *extra: str) -> list[str]:
+    """The command line of upload / run / schedule against ``url`` with our package."""
+    args = [command, "--host", url, "--package", PACKAGE, *extra]
+    if command == "schedule":
+        args += ["--cron", "0 2 * * *"]
+    return args + (REQUIRED if command != "upload" else [])
+
+
+@pytest.mark.parametrize(
+    ("tag_name", "expected"),
+    [
+        ("2.15.0", (2, 15, 0, 3, 0)),
+        ("v2.16.1", (2, 16, 1, 3, 0)),
+        (" 2.17.0\n", (2, 17, 0, 3, 0)),
+        ("2.0.0-rc.2", (2, 0, 0, 2, 2)),
+        ("2.0.0-alpha.7", (2, 0, 0, 0, 7)),
+        ("master", None),
+        ("unknown", None),
+        ("1.0-dev", None),
+        ("2.15", None),
+        ("2.15.0-custom", None),
+        ("", None),
+    ],
+)
+def test_parse_kfp_release(tag_name: str, expected: tuple | None) -> None:
+    from pipelines.kfp_api import parse_kfp_release
+
+    assert parse_kfp_release(tag_name) == expected
+
+
+def test_releases_order_by_number_and_stage() -> None:
+    from pipelines.kfp_api import MIN_KFP_BACKEND, parse_kfp_release
+
+    minimum = parse_kfp_release(MIN_KFP_BACKEND)
+    assert minimum is not None
+    # As strings "2.5.0" > "2.15.0": the comparison must be numeric.
+    for older in ("2.5.0", "2.14.4", "1.8.22", "2.15.0-rc.1", "2.15.0-beta.3"):
+        assert parse_kfp_release(older) < minimum, older
+    for newer in ("2.15.0", "v2.15.1", "2.16.0", "2.17.0", "3.0.0-alpha.1", "10.0.0"):
+        assert parse_kfp_release(newer) >= minimum, newer
+
+
+@pytest.mark.parametrize("command", ["upload", "run", "schedule"])
+def test_an_old_server_is_refused_before_anything_is_sent(command: str) -> None:
+    with FakeKfpServer(tag_name="2.14.4") as server:
+        result = invoke(*submit_args(command, server.url))
+    assert result.exit_code == 2, result.output
+    assert_one_clear_error(
+        result,
+        f"--host {server.url}",
+        "release 2.14.4",
+        "2.15.0 or newer",
+        "secretAsEnv.optional",
+        "secretNameParameter",
+        "Upgrade Kubeflow Pipelines",
+        "--skip-kfp-version-check",
+    )
+    assert sent(server) == HEALTHZ_ONLY
+    assert not (server.pipelines or server.experiments or server.runs or server.recurring_runs)
+
+
+@pytest.mark.parametrize("tag_name", ["2.5.0", "v2.14.0", "2.4.1", "2.15.0-rc.1"])
+def test_every_release_before_the_minimum_is_refused(tag_name: str) -> None:
+    with FakeKfpServer(tag_name=tag_name) as server:
+        result = invoke(*submit_args("run", server.url))
+    assert_one_clear_error(result, f"release {tag_name}", "2.15.0 or newer")
+    assert result.exit_code == 2
+    assert sent(server) == HEALTHZ_ONLY
+
+
+@pytest.mark.parametrize("tag_name", ["2.15.0", "v2.16.1"])
+def test_the_minimum_and_newer_pass_without_a_warning(tag_name: str) -> None:
+    with FakeKfpServer(tag_name=tag_name) as server:
+        result = invoke(*submit_args("run", server.url))
+        assert result.exit_code == 0, result.output
+        assert len(server.runs) == 1
+    assert "WARNING" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["upload", "run", "schedule"])
+@pytest.mark.parametrize("tag_name", ["master", "unknown", "1.0-dev", "", None])
+def test_an_unreadable_version_warns_and_proceeds(command: str, tag_name: str | None) -> None:
+    with FakeKfpServer(tag_name=tag_name) as server:
+        result = invoke(*submit_args(command, server.url))
+        assert result.exit_code == 0, result.output
+        created = server.pipelines or server.runs or server.recurring_runs
+        assert len(created) == 1
+    (warning,) = [line for line in result.stderr.splitlines() if "WARNING" in line]
+    assert "cannot tell the release" in warning
+    assert f"tag_name {tag_name or ''!r}" in warning
+    assert "2.15.0 or newer" in warning
+
+
+def test_skip_version_check_turns_the_refusal_into_a_warning() -> None:
+    with FakeKfpServer(tag_name="2.14.4") as server:
+        result = invoke(*submit_args("run", server.url, "--skip-kfp-version-check"))
+        assert result.exit_code == 0, result.output
+        assert len(server.runs) == 1
+    (warning,) = [line for line in result.stderr.splitlines() if "WARNING" in line]
+    assert "release 2.14.4" in warning and "--skip-kfp-version-check" in warning
+
+
+def test_version_check_is_on_each_command_help() -> None:
+    for command in ("upload", "run", "schedule"):
+        help_text = invoke(command, "--help").output
+        assert "--skip-kfp-version-check" in help_text and "2.15.0" in help_text, command
+
+
+def test_a_healthz_answer_that_is_not_json_counts_as_an_unreadable_version() -> None:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    from pipelines.kfp_api import probe_server
+
+    class Html(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = b"<html>ok</html>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Html) as httpd:
+        Thread(target=httpd.serve_forever, daemon=True).start()
+        host, port = httpd.server_address[:2]
+        try:
+            assert probe_server(f"http://{host}:{port}", None, None) == {}
+        finally:
+            httpd.shutdown()
+    with FakeKfpServer() as server:
+        assert probe_server(server.url, None, None)["tag_name"] == "2.17.0"
