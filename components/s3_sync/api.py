@@ -16,12 +16,10 @@ import time
 from pathlib import Path
 
 from components.s3_sync.connection import S3Connection
-from components.s3_sync.download import DownloadJob
 from components.s3_sync.engine import resolve_engine
 from components.s3_sync.errors import S3SyncError
 from components.s3_sync.options import SyncOptions, SyncReport
 from components.s3_sync.s3_uri import parse_s3_uri
-from components.s3_sync.upload import UploadJob
 
 log = logging.getLogger("components.s3_sync")
 
@@ -50,10 +48,15 @@ def run_sync(options: SyncOptions) -> SyncReport:
         addressing_style=options.addressing_style,
         max_concurrency=options.max_concurrency,
     )
+    # each direction imports only its own modules (a CLI run does one of them)
     if options.download:
+        from components.s3_sync.download import DownloadJob
+
         src = parse_s3_uri(options.source)
         job = DownloadJob(options, conn, engine, src, Path(options.destination))
     else:
+        from components.s3_sync.upload import UploadJob
+
         dst = parse_s3_uri(options.destination)
         job = UploadJob(options, conn, engine, Path(options.source), dst)
     try:

@@ -4,7 +4,6 @@ final files, and making written files durable."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import logging
 import os
@@ -147,6 +146,8 @@ def fsync_file(path: str | os.PathLike) -> None:
 
 def syncfs(folder: str | os.PathLike) -> bool:
     """Flush the file system holding ``folder`` (Linux syncfs(2)); False where unavailable."""
+    import ctypes  # ~3 ms: on first use, not at start-up
+
     try:
         call = ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):
