@@ -1,12 +1,18 @@
 """Benchmark: our S3 sync vs `aws s3 sync` (awscli) vs s5cmd on a local SeaweedFS.
 
-One run: 2,000 files x 2 KB download, upload and no-op re-sync, then one 200 MB file down and up
-(``s5cmd cp``: the copies only).
-Prints seconds per tool and the ratios against our CLI run the same way as the others, as a
-subprocess (tool / ours; > 1 means we are faster); our in-process library call is shown too.
-Not a test.
+Cases: 2,000 files x 2 KB download, upload and no-op re-sync, then one 200 MB file down and up
+(``s5cmd cp``: the copies only). Each round runs every case for every tool back to back, in an
+order that rotates from round to round, so that the load of whatever else runs on the machine
+falls on all tools alike. Printed per case and tool: the median seconds over the rounds and their
+spread (min-max), and the median (min-max) over the rounds of the per-round ratio
+tool / ours CLI (> 1: we are faster). "ours CLI" runs as a subprocess, like the other tools;
+"ours lib" is ``sync()`` in this process (after the first sync of the process). Not a test.
 
-    .venv/bin/python benchmarks/s3_sync.py [--files 2000] [--big-mb 200] [--repeat 1]
+``--baseline REF`` adds our CLI as of git REF ("ours CLI @REF": ``git archive`` of components/
+and kfp_ddp/ run from a temp dir) to measure a change before and after in the same run.
+
+    .venv/bin/python benchmarks/s3_sync.py [--rounds 5] [--files 2000] [--big-mb 200] \\
+        [--tools "ours CLI,s5cmd cp"] [--cases "small down,small no-op"] [--baseline HEAD~3]
 """
 
 from __future__ import annotations
@@ -14,16 +20,21 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+OURS = "ours CLI"
 
 
 def _tool(name: str) -> str | None:
@@ -43,18 +54,35 @@ def _tool(name: str) -> str | None:
     return shutil.which(name)
 
 
-def _timed(cmd: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    took = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:3])} failed: {proc.stderr[-2000:]}")
-    return took
+@dataclass(frozen=True, kw_only=True)
+class Tool:
+    """A way to sync: a command line (a subprocess per sync) or None (``sync()`` in-process)."""
+
+    name: str
+    command: list[str] | None
+    cwd: Path | None = None
+    """Working directory of the command (our CLI: the checkout whose code it runs)."""
+    copies_only: bool = False
+    """``s5cmd cp``: runs the copies into a fresh destination only (no re-sync)."""
+    wildcard: bool = False
+    """s5cmd: an S3 source is given as ``s3://bucket/prefix/*``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One timed sync: ``fresh`` (if any) runs before it, outside the timing."""
+
+    name: str
+    src: str
+    dst: str
+    fresh: Callable[[], None] | None
+    copies: bool
+    """A copy into a fresh destination: the only cases ``s5cmd cp`` runs."""
 
 
 @dataclass(kw_only=True)
 class Bench:
-    """One run's setup: the S3 server's client and env, the sources, the knobs, the scratch."""
+    """One run's setup: the S3 server's client and env, the sources, the scratch."""
 
     sync: Callable[..., object]
     """``components.s3_sync.sync``, imported before any timing."""
@@ -63,44 +91,44 @@ class Bench:
     bucket: str
     env: dict[str, str]
     """Environment of the tool subprocesses (the server's endpoint and credentials)."""
-    endpoint_url: str
     work: Path
     src_small: Path
     src_big: Path
     trash: Path
-    """Where the last run's downloads go until the end (see ``fresh_dir``)."""
-    repeat: int
+    """Where small-file downloads go until the end (see ``fresh_dir``)."""
     engine: str
+    times: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    """(case, tool) → seconds, one per round."""
 
-    def ours(self, src: str, dst: str) -> float:
-        start = time.perf_counter()
-        self.sync(src, dst, progress=False, engine=self.engine)
-        return time.perf_counter() - start
-
-    def run(self, base: list[str] | None, src: str, dst: str) -> float:
-        """Seconds for one sync of ``src`` to ``dst`` by the tool ``base`` (None: ours lib)."""
-        if base is None:
-            return self.ours(src, dst)
-        is_cp = base[-1] == "cp"
-        if "s5cmd" in base[0] and (src.startswith("s3://") or is_cp):
+    def run(self, tool: Tool, case: Case) -> float:
+        if case.fresh:
+            case.fresh()
+        src, dst = case.src, case.dst
+        if tool.command is None:
+            start = time.perf_counter()
+            self.sync(src, dst, progress=False, engine=self.engine)
+            return time.perf_counter() - start
+        if tool.wildcard and (src.startswith("s3://") or tool.copies_only):
             src = src.rstrip("/") + "/*"
-        return _timed([*base, src, dst], self.env)
+        cmd = [*tool.command, src, dst]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, env=self.env, cwd=tool.cwd, capture_output=True, text=True)
+        took = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise RuntimeError(f"{tool.name} failed: {' '.join(cmd)}: {proc.stderr[-2000:]}")
+        return took
 
-    def best(self, fn: Callable[[], float], fresh: Callable[[], None] | None = None) -> float:
-        times = []
-        for _ in range(self.repeat):
-            if fresh:
-                fresh()
-            times.append(fn())
-        return min(times)
-
-    def fresh_dir(self, d: Path) -> Callable[[], None]:
-        # Move the last run's files aside and delete them all at the end: deleting
-        # thousands of files right before a timed run makes the next file creations
-        # slower in the kernel (ext4 checks recently freed inodes), whichever tool runs.
+    def fresh_dir(self, d: Path, *, small: bool) -> Callable[[], None]:
+        # Small files: move the last run's aside and delete them all at the end; deleting
+        # thousands of files right before a timed run makes the next file creations slower in
+        # the kernel (ext4 checks recently freed inodes), whichever tool runs next. A big
+        # file is one inode: deleted at once (keeps the disk from filling up).
         def run() -> None:
             if d.exists():
-                d.rename(self.trash / f"{d.name}-{time.monotonic_ns()}")
+                if small:
+                    d.rename(self.trash / f"{d.name}-{time.monotonic_ns()}")
+                else:
+                    shutil.rmtree(d)
             d.mkdir(parents=True)
 
         return run
@@ -122,18 +150,6 @@ class Bench:
         return run
 
 
-@dataclass(frozen=True, kw_only=True)
-class Case:
-    """One timed sync: ``fresh`` (if any) runs before each repeat, outside the timing."""
-
-    name: str
-    src: str
-    dst: str
-    fresh: Callable[[], None] | None
-    copies: bool
-    """A copy into a fresh destination: the only cases ``s5cmd cp`` runs."""
-
-
 def _cases(bench: Bench, tag: str) -> list[Case]:
     """The six cases for the tool ``tag``, in the order they run and print."""
     dl, bigdl = bench.work / f"dl-{tag}", bench.work / f"bigdl-{tag}"
@@ -144,7 +160,7 @@ def _cases(bench: Bench, tag: str) -> list[Case]:
             name="small down",
             src=f"{bucket}/small/",
             dst=f"{dl}/",
-            fresh=bench.fresh_dir(dl),
+            fresh=bench.fresh_dir(dl, small=True),
             copies=True,
         ),
         Case(name="small no-op", src=f"{bucket}/small/", dst=f"{dl}/", fresh=None, copies=False),
@@ -162,7 +178,7 @@ def _cases(bench: Bench, tag: str) -> list[Case]:
             name="big down",
             src=f"{bucket}/big/",
             dst=f"{bigdl}/",
-            fresh=bench.fresh_dir(bigdl),
+            fresh=bench.fresh_dir(bigdl, small=False),
             copies=True,
         ),
         Case(
@@ -175,37 +191,51 @@ def _cases(bench: Bench, tag: str) -> list[Case]:
     ]
 
 
-def _tools(endpoint_url: str) -> dict[str, list[str] | None]:
-    """Tool name → command prefix (None: our in-process library call)."""
+def _checkout(ref: str, into: Path) -> Path:
+    """components/ and kfp_ddp/ as of git ``ref``, under ``into``."""
+    into.mkdir(parents=True)
+    archive = into / "src.tar"
+    subprocess.run(
+        ["git", "-C", str(REPO), "archive", "-o", str(archive), ref, "components", "kfp_ddp"],
+        check=True,
+    )
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def _tools(endpoint_url: str, work: Path, baseline: str | None) -> list[Tool]:
+    """Every tool that is installed (``s5cmd cp``: plain copies, no listing of the destination,
+    no comparison; the fastest s5cmd can fill a fresh folder)."""
     aws, s5cmd = _tool("aws"), _tool("s5cmd")
-    # "ours CLI" runs as a subprocess, exactly like the other tools (interpreter start-up
-    # and imports included): the ratios compare it. "ours lib" is sync() in this process
-    # (how the KFP component and Python callers use it).
-    tools: dict[str, list[str] | None] = {
-        "ours lib": None,
-        "ours CLI": [sys.executable, "-m", "components.s3_sync", "--quiet"],
-    }
+    ours_cli = [sys.executable, "-m", "components.s3_sync", "--quiet"]
+    tools = [Tool(name="ours lib", command=None), Tool(name=OURS, command=ours_cli, cwd=REPO)]
+    if baseline:
+        base = _checkout(baseline, work / "baseline")
+        tools.append(Tool(name=f"{OURS} @{baseline}", command=ours_cli, cwd=base))
     if aws:
-        tools["aws s3 sync"] = [aws, "s3", "sync", "--only-show-errors"]
+        tools.append(Tool(name="aws s3 sync", command=[aws, "s3", "sync", "--only-show-errors"]))
     if s5cmd:
-        tools["s5cmd"] = [s5cmd, "--endpoint-url", endpoint_url, "sync"]
-        # plain copies (no listing of the destination, no comparison): the fastest
-        # s5cmd can fetch a fresh folder; it has no no-op re-sync
-        tools["s5cmd cp"] = [s5cmd, "--endpoint-url", endpoint_url, "cp"]
+        s5 = [s5cmd, "--endpoint-url", endpoint_url]
+        tools.append(Tool(name="s5cmd sync", command=[*s5, "sync"], wildcard=True))
+        tools.append(Tool(name="s5cmd cp", command=[*s5, "cp"], wildcard=True, copies_only=True))
     return tools
 
 
-def _measure(bench: Bench, name: str, base: list[str] | None) -> dict[str, float]:
-    """Best seconds per case for one tool (``s5cmd cp``: the copies only)."""
-    copies_only = name == "s5cmd cp"
-    times: dict[str, float] = {}
-    for case in _cases(bench, name.replace(" ", "-")):
-        if copies_only and not case.copies:
-            continue
-        times[case.name] = bench.best(
-            lambda case=case: bench.run(base, case.src, case.dst), case.fresh
-        )
-    return times
+def _round(bench: Bench, tools: list[Tool], cases: list[str], index: int) -> None:
+    """Every case for every tool, the tools in an order rotated by ``index``."""
+    shift = index % len(tools)
+    order = tools[shift:] + tools[:shift]
+    for case_name in cases:
+        for tool in order:
+            case = next(c for c in _cases(bench, _tag(tool.name)) if c.name == case_name)
+            if tool.copies_only and not case.copies:
+                continue
+            bench.times.setdefault((case_name, tool.name), []).append(bench.run(tool, case))
+
+
+def _tag(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in name)
 
 
 def _write_sources(work: Path, *, files: int, file_kb: int, big_mb: int) -> tuple[Path, Path]:
@@ -234,30 +264,38 @@ def _seed(bench: Bench) -> None:
     bench.client.upload_file(str(bench.src_big / "big.bin"), bench.bucket, "big/big.bin")
 
 
-def _print_table(results: dict[str, dict[str, float]], base: str = "ours CLI") -> None:
-    print()
-    header = f"{'case':16s}" + "".join(f"{name:>14s}" for name in results)
-    print(header + f"   ratios (tool / {base})")
-    for case in results[base]:
-        row = f"{case:16s}" + "".join(
-            f"{results[n][case]:13.2f}s" if case in results[n] else f"{'-':>14s}" for n in results
-        )
-        ratios = ", ".join(
-            f"{n}: {results[n][case] / results[base][case]:.1f}x"
-            for n in results
-            if not n.startswith("ours") and case in results[n]
-        )
-        print(row + "   " + ratios)
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):6.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def _print_table(bench: Bench, tools: list[Tool], cases: list[str], rounds: int) -> None:
+    print(f"\nseconds: median (min-max) of {rounds} rounds; ratio: tool / {OURS} per round, median")
+    print("(min-max); > 1 means we are faster")
+    for case in cases:
+        ours = bench.times.get((case, OURS))
+        print(f"\n{case}")
+        for tool in tools:
+            times = bench.times.get((case, tool.name))
+            if not times:
+                continue
+            line = f"  {tool.name:22s} {_spread(times)} s"
+            if ours and tool.name != OURS:
+                ratios = [t / o for t, o in zip(times, ours, strict=True)]
+                line += f"   ratio {_spread(ratios)}"
+            print(line)
     load = os.getloadavg()
     print(f"\n{os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
 
 
 def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of every case for every tool")
     ap.add_argument("--files", type=int, default=2000)
     ap.add_argument("--file-kb", type=int, default=2)
     ap.add_argument("--big-mb", type=int, default=200)
-    ap.add_argument("--repeat", type=int, default=1, help="runs per case; the best is kept")
+    ap.add_argument("--tools", default=None, help="comma-separated tool names (default: all)")
+    ap.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
+    ap.add_argument("--baseline", default=None, metavar="REF", help="also run our CLI at REF")
     ap.add_argument("--engine", default="auto", choices=("auto", "crt", "classic"))
     return ap.parse_args()
 
@@ -269,10 +307,10 @@ def main() -> int:
     from kfp_ddp.local_s3 import LocalS3Server
 
     work = Path(tempfile.mkdtemp(prefix="s3sync-bench-"))
-    results: dict[str, dict[str, float]] = {}
     try:
         with LocalS3Server() as s3:
             os.environ.update(s3.env())
+            os.environ["S3SYNC_CACHE_DIR"] = str(work / "hash-caches")
             src_small, src_big = _write_sources(
                 work, files=args.files, file_kb=args.file_kb, big_mb=args.big_mb
             )
@@ -283,23 +321,27 @@ def main() -> int:
                 client=s3.client(max_pool_connections=64),
                 bucket=s3.create_bucket("bench"),
                 env=dict(os.environ),
-                endpoint_url=s3.endpoint_url,
                 work=work,
                 src_small=src_small,
                 src_big=src_big,
                 trash=trash,
-                repeat=args.repeat,
                 engine=args.engine,
             )
             _seed(bench)
-            for name, base in _tools(s3.endpoint_url).items():
-                results[name] = r = _measure(bench, name, base)
-                print(
-                    f"{name:12s} " + "  ".join(f"{k} {v:6.2f}s" for k, v in r.items()), flush=True
-                )
+            tools = _tools(s3.endpoint_url, work, args.baseline)
+            if args.tools:
+                wanted = [t.strip() for t in args.tools.split(",")]
+                tools = [t for t in tools if t.name in wanted or t.name.startswith(f"{OURS} @")]
+            cases = [c.name for c in _cases(bench, "x")]
+            if args.cases:
+                cases = [c for c in cases if c in {n.strip() for n in args.cases.split(",")}]
+            bench.sync(f"s3://{bench.bucket}/small/", work / "warm-up", progress=False)
+            for index in range(args.rounds):
+                _round(bench, tools, cases, index)
+                print(f"round {index + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    _print_table(results)
+    _print_table(bench, tools, cases, args.rounds)
     return 0
 
 
