@@ -1,4 +1,5 @@
-"""Pod pieces every API's manifest shares: resources, volumes (/dev/shm and PVCs), tolerations.
+"""Pod pieces every API's manifest shares: resources (CPU, memory, GPUs, disk), volumes
+(/dev/shm, the staging volume and PVCs), tolerations, the staging init container.
 
 Built once, with the ``kubernetes`` client's models; the PyTorchJob builder puts them into its pod
 template, the TrainJob builder into ``resourcesPerNode`` and its runtime patch.
@@ -10,6 +11,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from components.launcher import pod_security
 from components.launcher.spec import STAGE_ROOT, TrainSpec
 
 SHM_VOLUME = "dshm"
@@ -18,9 +20,11 @@ S3_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
 def resources(spec: TrainSpec) -> k8s.V1ResourceRequirements | None:
-    """CPU/memory requests and limits, and the GPUs as an extended-resource limit."""
+    """CPU/memory requests and limits, the GPUs as an extended-resource limit, and the pod's
+    node-local disk (ephemeral-storage request = limit: bounded, see ``sizing``)."""
     requests = {k: v for k, v in (("cpu", spec.cpu_request), ("memory", spec.memory_request)) if v}
     limits = {k: v for k, v in (("cpu", spec.cpu_limit), ("memory", spec.memory_limit)) if v}
+    requests["ephemeral-storage"] = limits["ephemeral-storage"] = spec.disk()
     if spec.gpus_per_worker:
         # Extended resources: a limit alone is enough (the request defaults to it).
         limits[spec.gpu_resource] = str(spec.gpus_per_worker)
@@ -75,15 +79,9 @@ def tolerations(spec: TrainSpec) -> list[k8s.V1Toleration] | None:
     ] or None
 
 
-def security_context(spec: TrainSpec) -> k8s.V1SecurityContext | None:
-    """IPC_LOCK for RDMA (registering pinned memory with the HCA needs it), else nothing."""
-    if not spec.rdma:
-        return None
-    return k8s.V1SecurityContext(capabilities=k8s.V1Capabilities(add=["IPC_LOCK"]))
-
-
 def stage_volume(spec: TrainSpec) -> k8s.V1Volume:
-    """The node's own disk for staged data: an emptyDir, or a hostPath cache kept between pods."""
+    """The node's own disk for staged data: an emptyDir bounded by ``stage_volume_size`` (the
+    data set and room for checkpoints), or an admin's hostPath cache kept between pods."""
     if spec.stage_cache_host_path:
         return k8s.V1Volume(
             name=STAGE_VOLUME,
@@ -91,7 +89,9 @@ def stage_volume(spec: TrainSpec) -> k8s.V1Volume:
                 path=spec.stage_cache_host_path, type="DirectoryOrCreate"
             ),
         )
-    return k8s.V1Volume(name=STAGE_VOLUME, empty_dir=k8s.V1EmptyDirVolumeSource())
+    return k8s.V1Volume(
+        name=STAGE_VOLUME, empty_dir=k8s.V1EmptyDirVolumeSource(size_limit=spec.stage_volume_size())
+    )
 
 
 def s3_env(spec: TrainSpec) -> list[k8s.V1EnvVar]:
@@ -127,6 +127,7 @@ def stage_init_container(spec: TrainSpec) -> k8s.V1Container | None:
         command=spec.stage_command(),
         env=s3_env(spec) or None,
         volume_mounts=[k8s.V1VolumeMount(name=STAGE_VOLUME, mount_path=STAGE_ROOT)],
+        security_context=pod_security.container_context(spec, training=False),
     )
 
 

@@ -21,13 +21,33 @@ KIND = "PyTorchJob"
 CONTAINER_NAME = "pytorch"
 """The operator finds its container (and injects the PET_* env) by this name."""
 REPLICA_TYPES = ("Master", "Worker")
+RENDEZVOUS_PORT = 29400
+"""torchrun's c10d rendezvous port (its default), on worker-0."""
 
 
 def replica_counts(spec: TrainSpec) -> dict[str, int]:
-    """Replica type → replicas as the manifest will have them."""
-    if spec.elastic:
+    """Replica type → replicas as the manifest will have them.
+
+    Workers only (the default, and elastic jobs): no Master, so the v1.9 operator adds no
+    init-pytorch container (whose missing securityContext restricted Pod Security refuses).
+    ``pytorch_master``: a Master and workers-1 Workers, with MASTER_ADDR/RANK/WORLD_SIZE.
+    """
+    if spec.workers_only:
         return {"Worker": spec.workers}
     return {"Master": 1} | ({"Worker": spec.workers - 1} if spec.workers > 1 else {})
+
+
+def rendezvous_env(spec: TrainSpec) -> dict[str, str]:
+    """Workers only, not elastic: torchrun meets at worker-0 through its c10d rendezvous (the
+    operator sets PET_NNODES = workers and PET_NPROC_PER_NODE; worker-0 hosts the store: its
+    hostname is the endpoint's). Elastic jobs get these from the operator's elasticPolicy."""
+    if not spec.workers_only or spec.elastic:
+        return {}
+    return {
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_ENDPOINT": f"{spec.name}-worker-0:{RENDEZVOUS_PORT}",
+        "PET_RDZV_ID": spec.name,
+    }
 
 
 def build_pytorchjob_model(spec: TrainSpec) -> ktm.KubeflowOrgV1PyTorchJob:
@@ -46,7 +66,7 @@ def build_pytorchjob_model(spec: TrainSpec) -> ktm.KubeflowOrgV1PyTorchJob:
         metadata=training_operator.job_metadata(spec),
         spec=ktm.KubeflowOrgV1PyTorchJobSpec(
             pytorch_replica_specs=training_operator.replica_specs(
-                spec, replica_counts(spec), CONTAINER_NAME
+                spec, replica_counts(spec), CONTAINER_NAME, rendezvous_env(spec)
             ),
             # Only here, never also in elasticPolicy.nProcPerNode (the webhook refuses both).
             nproc_per_node=str(spec.nproc_per_node),

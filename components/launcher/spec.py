@@ -12,14 +12,13 @@ alternative, never silently dropped.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import secrets
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from components import DEFAULT_IMAGE
-from components.launcher import monitoring
+from components.launcher import monitoring, sizing
 from components.launcher.names import (
     ISTIO_INJECT,
     KUEUE_QUEUE_LABEL,
@@ -27,6 +26,7 @@ from components.launcher.names import (
     derive_job_name,
     run_labels,
 )
+from components.launcher.sizing import SHM_PER_PROCESS_GI
 from components.launcher.spec_rules import (
     APIS,
     CHOICES,
@@ -66,8 +66,6 @@ __all__ = [  # the spec's vocabulary lives in spec_rules; importers find it here
 ]
 
 
-SHM_PER_PROCESS_GI = 2
-"""``shm_size="auto"``: GiB of /dev/shm per process (its DataLoader workers' batches)."""
 DEFAULT_COMMAND = ("python", "-m", "trainer.torchrun", "-m", "trainer.train")
 
 
@@ -153,13 +151,21 @@ class TrainSpec(SpecChecks):
     gpu_resource: str = "nvidia.com/gpu"
     """Extended resource name of the GPUs."""
     cpu_request: str | None = field(default=None, metadata=_flag("--cpu"))
-    """CPU request per node (Kubernetes quantity, e.g. 4 or 500m)."""
+    """CPU request per node (Kubernetes quantity, e.g. 4 or 500m). None: 4 per GPU (1 per process
+    without GPUs), so that a pod is never BestEffort; with cpu_limit alone, the limit."""
     cpu_limit: str | None = None
-    """CPU limit per node."""
+    """CPU limit per node (qos=guaranteed: the request)."""
     memory_request: str | None = field(default=None, metadata=_flag("--memory"))
-    """Memory request per node (e.g. 16Gi)."""
+    """Memory request per node (e.g. 16Gi). None: 16Gi per GPU (4Gi per process without GPUs);
+    with memory_limit alone, the limit."""
     memory_limit: str | None = None
-    """Memory limit per node."""
+    """Memory limit per node (qos=guaranteed: the request)."""
+    qos: str = "burstable"
+    """burstable (requests, limits only where given) or guaranteed (CPU, memory and disk limits
+    equal to the requests: the pods are the last evicted)."""
+    ephemeral_storage: str | None = None
+    """Node-local disk per pod: its ephemeral-storage request and limit. None: the staging
+    volume (see stage_data_bytes) plus 4Gi for the container's own files, logs and caches."""
     rdma_resource: str | None = None
     """Extended resource of the RDMA device (e.g. rdma/rdma_shared_device_a), 1 per node, with
     nccl_preset=infiniband (from your RDMA device plugin)."""
@@ -182,14 +188,38 @@ class TrainSpec(SpecChecks):
     permanent) instead of training on data nobody checked."""
     stage_cache_host_path: str | None = None
     """A hostPath folder that keeps staged data on the node between pods (a restarted pod on the
-    same node transfers nothing); None: an emptyDir, staged anew by every pod."""
+    same node transfers nothing; older data sets are evicted); None: an emptyDir, staged anew by
+    every pod. A node path: an admin setting, never a pipeline parameter; hostPath volumes need
+    pod_security=privileged (baseline and restricted refuse them); system folders are refused."""
+    stage_data_bytes: int | None = None
+    """Size of the data set in bytes (the pipeline's data step counts it): sizes the staging
+    volume, 1.1 x this (rounded up to GiB) + checkpoint_space. None: 100Gi + checkpoint_space."""
+    checkpoint_space: str = "20Gi"
+    """Room on a node's staging volume for its checkpoints and outputs (object-store storage:
+    they are written there, then mirrored to S3)."""
     s3_endpoint: str | None = None
     """S3 endpoint the nodes use (AWS_ENDPOINT_URL_S3); None: AWS or the image's settings."""
     s3_credentials_secret: str | None = None
     """Secret whose AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY the nodes get as environment
     variables (data staging, the checkpoint mirror); never values in the manifest."""
     host_network: bool = False
-    """Use the node's network (RDMA/perf); sets dnsPolicy ClusterFirstWithHostNet (PyTorchJob)."""
+    """Use the node's network (RDMA/perf); sets dnsPolicy ClusterFirstWithHostNet (PyTorchJob).
+    Needs pod_security=privileged (baseline and restricted refuse host namespaces)."""
+    pod_security: str = "restricted"
+    """The Pod Security Standard the pods are built to pass (the namespace's enforce level, or
+    stricter): restricted (non-root run_as_user, no privilege escalation, every capability
+    dropped, RuntimeDefault seccomp), baseline (no privilege escalation, RuntimeDefault seccomp;
+    the image may run as root), or privileged (nothing imposed; needed for capabilities,
+    host_network and stage_cache_host_path)."""
+    run_as_user: int | None = 1000
+    """UID of every container (the image's kfp-ddp user); None: the image's USER (restricted
+    still needs it to be non-root)."""
+    run_as_group: int | None = 1000
+    """GID of every container and the pods' fsGroup (volumes writable by it); None: the image's."""
+    capabilities: list[str] = field(default_factory=list, metadata=_flag("--capability"))
+    """Linux capabilities added to the training container: only IPC_LOCK (pinned memory for RDMA
+    with nccl_preset=infiniband), which needs pod_security=privileged — neither baseline nor
+    restricted allows it."""
     node_selector: dict[str, str] = field(default_factory=dict)
     """Pod nodeSelector KEY=VALUE."""
     tolerations: list[dict[str, Any]] = field(default_factory=list, metadata=_flag("--toleration"))
@@ -216,6 +246,12 @@ class TrainSpec(SpecChecks):
     """PyTorchJob/TFJob runPolicy.schedulingPolicy.priorityClass."""
     kueue_queue: str | None = None
     """Kueue LocalQueue name, set as the kueue.x-k8s.io/queue-name label."""
+    pytorch_master: bool = False
+    """PyTorchJob layout: a Master and workers-1 Workers (the operator sets MASTER_ADDR, RANK and
+    WORLD_SIZE, for programs that read them). Default: Workers only, meeting through torchrun's
+    c10d rendezvous at worker-0. With a Master the v1.9 operator adds its init-pytorch container
+    (no securityContext) to every Worker: restricted Pod Security refuses it unless the operator
+    runs with --pytorch-init-container-template-file (see the README)."""
     elastic_min_replicas: int | None = field(default=None, metadata=_flag("--elastic-min"))
     """PyTorchJob elastic training: lower bound of pods (set with elastic_max_replicas)."""
     elastic_max_replicas: int | None = field(default=None, metadata=_flag("--elastic-max"))
@@ -224,7 +260,8 @@ class TrainSpec(SpecChecks):
     """PyTorchJob elastic training: torchrun's --max-restarts (elastic only)."""
     restart_policy: str | None = None
     """PyTorchJob/TFJob replica restart policy: OnFailure, ExitCode, Never or Always (None:
-    OnFailure)."""
+    ExitCode for a PyTorchJob — our trainer's exit codes 1-127 are permanent — and OnFailure for
+    a TFJob)."""
     backoff_limit: int | None = None
     """PyTorchJob/TFJob restarts before the job is marked Failed (None: 3)."""
     active_deadline_seconds: int | None = None
@@ -269,6 +306,11 @@ class TrainSpec(SpecChecks):
         return self.elastic_min_replicas is not None or self.elastic_max_replicas is not None
 
     @property
+    def workers_only(self) -> bool:
+        """A PyTorchJob of Workers only (no Master): elastic, or meeting by c10d rendezvous."""
+        return self.elastic or (self.api == "pytorchjob" and not self.pytorch_master)
+
+    @property
     def pod_count(self) -> int:
         """Pods the job runs: the workers (nodes) and any parameter servers."""
         return self.workers + self.ps_replicas
@@ -306,8 +348,18 @@ class TrainSpec(SpecChecks):
 
     @property
     def rdma(self) -> bool:
-        """Whether the pods need what RDMA needs (IPC_LOCK, the RDMA device)."""
+        """Whether the pods use RDMA (the infiniband preset): the RDMA device, usually IPC_LOCK."""
         return self.nccl_preset == "infiniband"
+
+    def stage_volume_size(self) -> str | None:
+        """The staging volume's sizeLimit (None without staging): see ``sizing``."""
+        if not self.stage_data_uri:
+            return None
+        return sizing.stage_volume_size(self.stage_data_bytes, self.checkpoint_space)
+
+    def disk(self) -> str:
+        """The pod's ephemeral-storage request (and limit): given, or the staging volume + 4Gi."""
+        return self.ephemeral_storage or sizing.ephemeral_storage(self.stage_volume_size())
 
     def warnings(self) -> list[str]:
         """Settings that are valid but likely wasteful or incomplete (logged, not refused)."""
@@ -321,9 +373,23 @@ class TrainSpec(SpecChecks):
             )
         if self.rdma and not self.rdma_resource:
             found.append(
-                "nccl_preset=infiniband without rdma_resource: the pods get IPC_LOCK but no RDMA "
-                "device; set rdma_resource to your device plugin's resource (e.g. "
-                "rdma/rdma_shared_device_a), or use host_network with a privileged runtime"
+                "nccl_preset=infiniband without rdma_resource: the pods get no RDMA device; set "
+                "rdma_resource to your device plugin's resource (e.g. rdma/rdma_shared_device_a), "
+                "or use host_network with a privileged runtime"
+            )
+        if self.rdma and "IPC_LOCK" not in self.capabilities:
+            found.append(
+                "nccl_preset=infiniband without capabilities=['IPC_LOCK']: registering memory with "
+                "the HCA fails unless the container runtime or the RDMA device plugin raises the "
+                "memlock limit; IPC_LOCK needs pod_security=privileged and a namespace enforcing "
+                "privileged"
+            )
+        if self.api == "pytorchjob" and self.pytorch_master and self.pod_security == "restricted":
+            found.append(
+                "pytorch_master=True: the Training Operator v1.9 gives every Worker an "
+                "init-pytorch container without a securityContext, which restricted Pod Security "
+                "refuses, unless the operator runs with --pytorch-init-container-template-file "
+                "(README: PyTorchJob and Pod Security); the default (Workers only) needs nothing"
             )
         return found
 
@@ -400,25 +466,44 @@ class TrainSpec(SpecChecks):
             gpus = self.gpus_per_worker
             per_gpu = isinstance(gpus, int) and gpus > 0 and self.api != "tfjob"
             self.nproc_per_node = gpus if per_gpu else 1
+        self._default_resources()
         if self.shm_size == "auto":
             self.shm_size = self._auto_shm()
         self.pvcs = [PvcMount.coerce(p) for p in self.pvcs]
         self.tolerations = [
             parse_toleration(t) if isinstance(t, str) else t for t in self.tolerations
         ]
+        self.capabilities = [str(c).upper() for c in self.capabilities]
         self.args = [str(a) for a in self.args]
         if self.shm_size == "":
             self.shm_size = None
         for attr in ("env", "annotations", "labels", "node_selector"):
             setattr(self, attr, {str(k): str(v) for k, v in getattr(self, attr).items()})
 
-    def _auto_shm(self) -> str:
-        """2Gi of /dev/shm per process, at most half the memory limit (it counts against it)."""
-        from kubernetes.utils import parse_quantity
+    def _default_resources(self) -> None:
+        """Requests where none are given (never BestEffort); qos=guaranteed: limits = requests."""
+        gpus = self.gpus_per_worker if isinstance(self.gpus_per_worker, int) else 0
+        processes = self.nproc_per_node if isinstance(self.nproc_per_node, int) else 1
+        if self.cpu_request is None and self.cpu_limit is None:
+            self.cpu_request = sizing.default_cpu(gpus, processes)
+        if self.memory_request is None and self.memory_limit is None:
+            shm = self.shm_size if self.shm_size not in ("auto", None, "") else None
+            self.memory_request = sizing.default_memory(gpus, processes, shm)
+        if self.qos == "guaranteed":
+            for request, limit in (
+                ("cpu_request", "cpu_limit"),
+                ("memory_request", "memory_limit"),
+            ):
+                if getattr(self, limit) is None:
+                    setattr(self, limit, getattr(self, request))
+                if getattr(self, request) is None:
+                    setattr(self, request, getattr(self, limit))
 
+    def _auto_shm(self) -> str:
+        """2Gi of /dev/shm per process, at most half the memory request (it counts against it)."""
         nproc = self.nproc_per_node if isinstance(self.nproc_per_node, int) else 1
-        size = SHM_PER_PROCESS_GI * max(nproc, 1) * 2**30
-        if isinstance(self.memory_limit, str):
-            with contextlib.suppress(ValueError):  # a bad limit is reported by its own check
-                size = min(size, int(parse_quantity(self.memory_limit)) // 2)
-        return f"{size // 2**20}Mi" if size % 2**30 else f"{size // 2**30}Gi"
+        memory = self.memory_request or self.memory_limit
+        try:
+            return sizing.auto_shm(nproc, memory if isinstance(memory, str) else None)
+        except ValueError:  # a bad memory quantity is reported by its own check
+            return sizing.auto_shm(nproc, None)

@@ -53,6 +53,37 @@ NCCL_PRESETS: dict[str, dict[str, str]] = {
     },
 }
 RESTART_POLICIES = ("OnFailure", "ExitCode", "Never", "Always")
+POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
+"""Kubernetes' Pod Security Standards, strictest first."""
+QOS_CLASSES = ("burstable", "guaranteed")
+CAPABILITIES = ("IPC_LOCK",)
+"""Capabilities a training container may add (explicit opt-in, pod_security=privileged)."""
+SYSTEM_PATHS = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/opt",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/var/lib/containerd",
+    "/var/lib/docker",
+    "/var/lib/etcd",
+    "/var/lib/kubelet",
+    "/var/log",
+    "/var/run",
+)
+"""Node folders a hostPath cache may never be in (the node's system, the kubelet's and the
+container runtime's state, logs); the cache wants a folder of its own, e.g. /mnt/kfp-ddp-cache."""
 CLEAN_POD_POLICIES = ("Running", "All", "None")
 TOLERATION_OPERATORS = ("Equal", "Exists")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -63,6 +94,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "restart_policy": RESTART_POLICIES,
     "clean_pod_policy": CLEAN_POD_POLICIES,
     "metrics_monitor": monitoring.MONITORS,
+    "pod_security": POD_SECURITY_LEVELS,
+    "qos": QOS_CLASSES,
 }
 """Fields whose value must be one of a fixed set (the CLI shows them as choices)."""
 STAGE_ROOT = "/stage"
@@ -125,6 +158,8 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
             "launcher's cleanup option decides when the job is deleted"
         ),
         "ps_replicas": _PS,
+        "pytorch_master": "a TrainJob's nodes meet through the torch-distributed runtime's own "
+        "rendezvous (PET_MASTER_ADDR: node 0); there is no Master replica to ask for",
     },
     "pytorchjob": {
         "runtime_name": "runtimes are a Kubeflow Trainer v2 concept; use api=trainjob",
@@ -137,6 +172,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "elastic_min_replicas": _TF_ELASTIC,
         "elastic_max_replicas": _TF_ELASTIC,
         "max_restarts": _TF_ELASTIC,
+        "pytorch_master": "a TFJob's first replica is its Chief (always there)",
     },
 }
 """API → field → why that API cannot express the field, and the alternative."""
@@ -170,6 +206,7 @@ class SpecChecks:
         self._check_sizes()
         self._check_env_and_metadata()
         self._check_volumes()
+        self._check_pod_security()
         self._check_scheduling()
         self._check_policies()
         self._check_api_support()
@@ -211,7 +248,7 @@ class SpecChecks:
                 suffixes.append(f"ps-{ps - 1}")
             longest = max((f"{self.name}-{suffix}" for suffix in suffixes), key=len)
         elif self.api == "pytorchjob":
-            replica = "worker" if self.workers > 1 or self.elastic else "master"
+            replica = "worker" if self.workers > 1 or self.workers_only else "master"
             longest = f"{self.name}-{replica}-{last}"
         else:  # a TrainJob's JobSet hostname <job>-node-<index>-0 (auto may become either)
             longest = max(f"{self.name}-node-{last}-0", f"{self.name}-worker-{last}", key=len)
@@ -261,22 +298,31 @@ class SpecChecks:
         return parsed
 
     def _check_quantities(self) -> None:
-        sizes = {
-            name: self._quantity(name)
-            for name in ("cpu_request", "cpu_limit", "memory_request", "memory_limit", "shm_size")
-        }
+        names = ("cpu_request", "cpu_limit", "memory_request", "memory_limit", "shm_size")
+        sizes = {name: self._quantity(name) for name in names}
         for req, lim in (("cpu_request", "cpu_limit"), ("memory_request", "memory_limit")):
             if sizes[req] is not None and sizes[lim] is not None and sizes[req] > sizes[lim]:
                 self._fail(req, f"must not exceed {lim}={getattr(self, lim)!r}")
-        shm, memory = sizes["shm_size"], sizes["memory_limit"]
+            if self.qos == "guaranteed" and sizes[req] != sizes[lim]:
+                self._fail(
+                    lim,
+                    f"qos=guaranteed needs limits equal to requests ({req}="
+                    f"{getattr(self, req)!r}): leave {lim} unset, or use qos=burstable",
+                )
+        for name in ("ephemeral_storage", "checkpoint_space"):
+            value = self._quantity(name)
+            if value is not None and value <= 0:
+                self._fail(name, "must be a positive size such as 20Gi")
+        shm = sizes["shm_size"]
         if shm is not None and shm <= 0:
             self._fail("shm_size", "must be positive, or None for the container runtime's 64Mi")
-        if shm is not None and memory is not None and shm >= memory:
-            self._fail(
-                "shm_size",
-                f"/dev/shm is memory and counts against memory_limit={self.memory_limit!r}; "
-                "use a smaller shm_size or a larger memory_limit",
-            )
+        for name in ("memory_request", "memory_limit"):
+            if shm is not None and sizes[name] is not None and shm >= sizes[name]:
+                self._fail(
+                    "shm_size",
+                    f"/dev/shm is memory and counts against the pod's memory ({name}="
+                    f"{getattr(self, name)!r}): use a smaller shm_size, or more memory",
+                )
 
     def _check_env_and_metadata(self) -> None:
         for key in self.env:
@@ -292,15 +338,48 @@ class SpecChecks:
             if not isinstance(getattr(self, attr), str):
                 self._fail(attr, "must be a string")
 
+    def _check_pod_security(self) -> None:
+        """User, capabilities and node access against the Pod Security level asked for."""
+        self._int("run_as_user", minimum=0, optional=True)
+        self._int("run_as_group", minimum=0, optional=True)
+        if self.pod_security == "restricted" and self.run_as_user == 0:
+            self._fail(
+                "run_as_user",
+                "restricted Pod Security needs a non-root user: use the image's kfp-ddp user "
+                "(1000), or pod_security=baseline for an image that must run as root",
+            )
+        for capability in self.capabilities:
+            if capability not in CAPABILITIES:
+                self._fail("capabilities", f"{capability!r}: only {', '.join(CAPABILITIES)}")
+        privileged = self.pod_security == "privileged"
+        why = (
+            "{what} is refused by the {level} Pod Security Standard (baseline refuses it too): set "
+            "pod_security=privileged, and run the job in a namespace that enforces privileged "
+            "(pod-security.kubernetes.io/enforce: privileged)"
+        )
+        if self.capabilities and not privileged:
+            what = f"adding {', '.join(self.capabilities)}"
+            self._fail("capabilities", why.format(what=what, level=self.pod_security))
+        if self.host_network is True and not privileged:
+            self._fail(
+                "host_network", why.format(what="the node's network", level=self.pod_security)
+            )
+        if self.stage_cache_host_path is not None and not privileged:
+            what = "a hostPath volume (the node's file system)"
+            self._fail("stage_cache_host_path", why.format(what=what, level=self.pod_security))
+
     def _check_staging(self) -> None:
         uri = self.stage_data_uri
         if uri is not None and (not isinstance(uri, str) or not uri.startswith("s3://")):
             self._fail("stage_data_uri", "must be an s3://bucket/prefix URI")
         host = self.stage_cache_host_path
-        if host is not None and (not host.startswith("/") or host.rstrip("/") == ""):
-            self._fail("stage_cache_host_path", "must be an absolute folder such as /mnt/cache")
+        if host is not None:
+            problem = _host_path_problem(host)
+            if problem:
+                self._fail("stage_cache_host_path", problem)
         if host is not None and uri is None:
             self._fail("stage_cache_host_path", "caches staged data: set stage_data_uri too")
+        self._int("stage_data_bytes", minimum=0, optional=True, maximum=2**63 - 1)
         digest = self.stage_data_digest
         if digest is not None and (uri is None or not re.fullmatch(r"[0-9a-f]{8,64}", digest)):
             self._fail(
@@ -425,6 +504,26 @@ class SpecChecks:
                 "TF_CONFIG is set by the Training Operator for each replica (cluster and task); "
                 "leave it out",
             )
+
+
+def _host_path_problem(path: Any) -> str:
+    """What is wrong with a hostPath cache folder ('' when nothing)."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        return "must be an absolute folder of its own, such as /mnt/kfp-ddp-cache"
+    parts = [p for p in path.split("/") if p]
+    if ".." in parts or "." in parts:
+        return "must be a plain absolute path (no . or ..)"
+    if len(parts) < 2:
+        return "must be a folder of its own at least two levels deep, such as /mnt/kfp-ddp-cache"
+    normal = "/" + "/".join(parts)
+    for system in SYSTEM_PATHS:
+        if normal == system or normal.startswith(system + "/"):
+            return (
+                f"is inside {system}, a system folder of the node (the node's own files, the "
+                "kubelet's or the container runtime's state): use a folder of its own, such as "
+                "/mnt/kfp-ddp-cache"
+            )
+    return ""
 
 
 def _toleration_problem(toleration: Any) -> str:

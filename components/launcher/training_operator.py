@@ -15,7 +15,7 @@ from typing import Any
 from kubeflow.training import models as ktm
 from kubernetes import client as k8s
 
-from components.launcher import monitoring, pod_parts
+from components.launcher import monitoring, pod_parts, pod_security
 from components.launcher.names import DNS1035
 from components.launcher.spec import CLEAN_POD_POLICIES, RESTART_POLICIES, TrainSpec
 
@@ -36,24 +36,29 @@ class ManifestError(ValueError):
     """A manifest breaks one of the Training Operator's admission rules."""
 
 
-def build_pod_template(spec: TrainSpec, container_name: str) -> k8s.V1PodTemplateSpec:
-    """The pod template every replica uses (the replica types differ only in their name)."""
+def build_pod_template(
+    spec: TrainSpec, container_name: str, env: dict[str, str] | None = None
+) -> k8s.V1PodTemplateSpec:
+    """The pod template every replica uses (the replica types differ only in their name);
+    ``env``: the kind's own variables, before the spec's (which win)."""
     volumes, mounts = pod_parts.volumes(spec)
+    own = [k8s.V1EnvVar(name=k, value=v) for k, v in (env or {}).items() if k not in spec.env]
     container = k8s.V1Container(
         name=container_name,
         image=spec.image,
         command=spec.container_command(),
         args=spec.container_args() or None,
-        env=pod_parts.env_vars(spec),
+        env=own + (pod_parts.env_vars(spec) or []) or None,
         resources=pod_parts.resources(spec),
         volume_mounts=mounts or None,
-        security_context=pod_parts.security_context(spec),
+        security_context=pod_security.container_context(spec),
         ports=monitoring.container_ports(spec),
     )
     init = pod_parts.stage_init_container(spec)
     pod_spec = k8s.V1PodSpec(
         containers=[container],
         init_containers=[init] if init else None,
+        security_context=pod_security.pod_context(spec),
         volumes=volumes or None,
         host_network=spec.host_network or None,
         dns_policy="ClusterFirstWithHostNet" if spec.host_network else None,
@@ -77,10 +82,10 @@ def default_restart_policy(spec: TrainSpec) -> str:
 
 
 def replica_specs(
-    spec: TrainSpec, counts: dict[str, int], container_name: str
+    spec: TrainSpec, counts: dict[str, int], container_name: str, env: dict[str, str] | None = None
 ) -> dict[str, ktm.KubeflowOrgV1ReplicaSpec]:
     """Replica type → its ReplicaSpec: ``counts`` replicas of the one pod template."""
-    template = build_pod_template(spec, container_name)
+    template = build_pod_template(spec, container_name, env)
     return {
         rtype: ktm.KubeflowOrgV1ReplicaSpec(
             replicas=count,

@@ -11,8 +11,9 @@ allow only the pod fields the Trainer API lets a TrainJob patch, and serialised 
   an extended-resource limit, CPU, memory);
 - ``runtimePatches`` (manager ``kfp-ddp.io/launcher``) for what a TrainJob has no field for:
   the pods' labels and annotations (the Istio opt-out), service account, node selector,
-  tolerations, image pull secrets, termination grace period, the ``/dev/shm`` emptyDir and PVC
-  volumes with their mounts in the ``node`` container;
+  tolerations, image pull secrets, termination grace period, the pod's and the ``node``
+  container's securityContext (``pod_security``), the ``/dev/shm`` emptyDir, the staging volume
+  and PVC volumes with their mounts in the ``node`` container;
 - the run-scoped labels and the Kueue queue label on the TrainJob (queued jobs start suspended,
   Kueue admits them), ``activeDeadlineSeconds``.
 
@@ -26,7 +27,7 @@ from typing import Any
 
 from kubeflow_trainer_api import models as tm
 
-from components.launcher import monitoring, pod_parts
+from components.launcher import monitoring, pod_parts, pod_security
 from components.launcher.spec import TrainSpec
 
 API_GROUP = "trainer.kubeflow.org"
@@ -62,7 +63,8 @@ def _trainer(spec: TrainSpec) -> tm.TrainerV1alpha1Trainer:
 def _pod_spec_patch(spec: TrainSpec) -> tm.TrainerV1alpha1PodSpecPatch:
     volumes, mounts = pod_parts.volumes(spec)
     tolerations = pod_parts.tolerations(spec)
-    security = pod_parts.security_context(spec)
+    security = pod_security.container_context(spec)
+    pod_context = pod_security.pod_context(spec)
     container = None
     if mounts or security:
         container = tm.TrainerV1alpha1ContainerPatch(
@@ -81,6 +83,9 @@ def _pod_spec_patch(spec: TrainSpec) -> tm.TrainerV1alpha1PodSpecPatch:
         nodeSelector=dict(spec.node_selector) or None,
         tolerations=[tm.IoK8sApiCoreV1Toleration.from_dict(t) for t in pod_parts.plain(tolerations)]
         if tolerations
+        else None,
+        securityContext=tm.IoK8sApiCoreV1PodSecurityContext.from_dict(pod_parts.plain(pod_context))
+        if pod_context
         else None,
         serviceAccountName=spec.service_account,
         imagePullSecrets=[

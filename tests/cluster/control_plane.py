@@ -151,6 +151,8 @@ class ControlPlane:
     ports: Ports = field(default_factory=Ports.pick)
     admin_token: str = field(default_factory=lambda: secrets.token_hex(16))
     components: list[Component] = field(default_factory=list)
+    pytorch_init_template: Path | None = None
+    """The Training Operator's --pytorch-init-container-template-file (an admin's setting)."""
     ca: certs.CertificateAuthority = field(default_factory=certs.CertificateAuthority)
     operator_ca: certs.CertificateAuthority = field(
         default_factory=lambda: certs.CertificateAuthority(OPERATOR_CA_NAME)
@@ -453,6 +455,11 @@ class ControlPlane:
                 f"--health-probe-bind-address=127.0.0.1:{p.operator_health}",
                 "--webhook-bind-host=127.0.0.1",
                 f"--webhook-server-port={p.operator_webhook}",
+                *(
+                    [f"--pytorch-init-container-template-file={self.pytorch_init_template}"]
+                    if self.pytorch_init_template
+                    else []
+                ),
             ],
             env={"TMPDIR": str(tmp)},
         )

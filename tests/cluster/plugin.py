@@ -30,7 +30,12 @@ from tests.cluster.play import JobPods, Play
 
 POD_SECURITY = "pod-security.kubernetes.io/enforce"
 OPERATOR_ONLY = ("controller-manager", "training-operator")
-"""A cluster on the Training Operator v1 only (no Kubeflow Trainer, no Prometheus Operator)."""
+"""A cluster on the Training Operator v1 only (no Kubeflow Trainer, no Prometheus Operator). Its
+operator runs as an admin would set it up for restricted namespaces: with our init-pytorch
+template (components/launcher/pytorch_init_container.yaml)."""
+PYTORCH_INIT_TEMPLATE = (
+    Path(__file__).resolve().parents[2] / "components" / "launcher" / "pytorch_init_container.yaml"
+)
 BARE = ()
 """An API server alone: a test installs the CRDs it wants served (``serve_only``)."""
 
@@ -98,7 +103,8 @@ class Clusters:
     def _start(self, parts: tuple[str, ...]) -> Cluster | BaseException:
         binaries = find_binaries()
         folder = self.folder / ("-".join(parts) or "bare")
-        plane = ControlPlane(folder, binaries, parts=parts)
+        template = PYTORCH_INIT_TEMPLATE if parts == OPERATOR_ONLY else None
+        plane = ControlPlane(folder, binaries, parts=parts, pytorch_init_template=template)
         missing = binaries.missing(plane.needs())
         if missing:
             pytest.skip(f"no {', '.join(missing)} for the test control plane: {HOW_TO_GET}")

@@ -23,11 +23,12 @@ TF_PROGRAM = {"image": "registry.example.com/tf-mnist:1", "command": ["python", 
 
 
 def replica(api: str, node: int) -> str:
-    """How the launcher names node ``node``'s log lines."""
+    """How the launcher names node ``node``'s log lines (a PyTorchJob: Workers only)."""
     if api == "trainjob":
         return f"node-{node}"
-    first = "chief-0" if api == "tfjob" else "master-0"
-    return first if node == 0 else f"worker-{node - 1}"
+    if api == "pytorchjob":
+        return f"worker-{node}"
+    return "chief-0" if node == 0 else f"worker-{node - 1}"
 
 
 def spec(ns: Namespace | str, api: str, **kw: Any) -> TrainSpec:

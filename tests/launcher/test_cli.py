@@ -58,6 +58,15 @@ def test_render_every_flag_matches_the_same_spec_in_python():
         "--nccl-preset",
         "infiniband",
         "--host-network",
+        "--pod-security",
+        "privileged",
+        "--capability",
+        "IPC_LOCK",
+        "--run-as-user",
+        "2000",
+        "--pytorch-master",
+        "--ephemeral-storage",
+        "50Gi",
         "--node-selector",
         "pool=gpu",
         "--toleration",
@@ -125,6 +134,11 @@ def test_render_every_flag_matches_the_same_spec_in_python():
         env={"A": "1"},
         nccl_preset="infiniband",
         host_network=True,
+        pod_security="privileged",
+        capabilities=["IPC_LOCK"],
+        run_as_user=2000,
+        pytorch_master=True,
+        ephemeral_storage="50Gi",
         node_selector={"pool": "gpu"},
         tolerations=[
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
@@ -342,8 +356,8 @@ def test_module_entry_point_prints_yaml_without_a_cluster():
     )
     assert proc.returncode == 0, proc.stderr
     manifest = yaml.safe_load(proc.stdout)
-    assert manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
-    assert manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0][
+    assert manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2  # Workers only
+    assert manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
         "args"
     ] == ["--epochs", "1"]
     bad = subprocess.run(
@@ -369,6 +383,7 @@ def test_run_local_through_the_cli(tmp_path: Path):
             "pytorchjob",
             "--name",
             "hello",
+            "--pytorch-master",  # the script reads RANK: the Master layout's contract
             "--workers",
             "2",
             "--command",

@@ -55,7 +55,7 @@ def writer(tmp_path: Path) -> Path:
 
 def step_params(tmp_path: Path, writer: Path, **kw) -> dict:
     return {
-        "api": "pytorchjob",  # the writer reads RANK like a pod without torchrun
+        "api": "pytorchjob",  # the writer reads RANK like a PyTorchJob pod with a Master
         "name": "",
         "namespace": "",
         "image": "img:1",
@@ -69,7 +69,7 @@ def step_params(tmp_path: Path, writer: Path, **kw) -> dict:
         "pvc_name": "",
         "pvc_mount_path": "",
         "data_digest": "sha256:abc",
-        "overrides_json": json.dumps({"command": ["python", str(writer)]}),
+        "overrides_json": json.dumps({"command": ["python", str(writer)], "pytorch_master": True}),
         "epochs": 2,
         "model_name": "resnet18",
     } | kw

@@ -117,9 +117,9 @@ def test_a_dropped_log_stream_is_reopened_without_repeating_lines(k8s):
 
     lines: list[str] = []
     run(k8s, spec(k8s, "pytorchjob", workers=1), lines, scenario)
-    printed = [x for x in lines if x.startswith("[master-0]")]
-    assert printed == [f"[master-0] before {i}" for i in range(3)] + [
-        f"[master-0] after {i}" for i in range(3)
+    printed = [x for x in lines if x.startswith("[worker-0]")]
+    assert printed == [f"[worker-0] before {i}" for i in range(3)] + [
+        f"[worker-0] after {i}" for i in range(3)
     ], "\n".join(lines)
 
 
@@ -177,7 +177,7 @@ def test_auto_falls_back_to_pytorchjob_without_trainer_v2_and_never_to_a_tfjob(o
     ns = operator_k8s  # serves PyTorchJob and TFJob, not TrainJob
     lines: list[str] = []
     result = run(ns, spec(ns, "auto"), lines, succeed(lines=1), scenario_api="pytorchjob")
-    assert result.api == "pytorchjob" and "[master-0] step 0 from node 0" in lines
+    assert result.api == "pytorchjob" and "[worker-0] step 0 from node 0" in lines
     assert any(
         "submitting a PyTorchJob: api=auto: the cluster serves kubeflow.org/v1 pytorchjobs "
         "(not trainer.kubeflow.org/v1alpha1)" in x
@@ -327,27 +327,27 @@ def test_a_pytorchjob_with_exitcode_is_failed_by_the_operator(k8s):
         run(k8s, spec(k8s, "pytorchjob", workers=1), None, scenario)
     assert "PyTorchJob" in str(err.value) and job_exists(k8s, "pytorchjob")  # kept; TTL removes it
     (job,) = jobs(k8s, "pytorchjob")
-    assert job["spec"]["pytorchReplicaSpecs"]["Master"]["restartPolicy"] == "ExitCode"
+    assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] == "ExitCode"
 
 
 def test_a_pytorchjob_worker_killed_with_137_is_restarted_and_the_job_succeeds(k8s):
     """ExitCode: 128-255 is retryable (the operator recreates the pod), 1-127 is not."""
 
     def scenario(job: JobPods) -> None:
-        master, worker = job.pods(2)
-        job.run(master)
-        job.run(worker)
-        job.exit(worker, 137, reason="OOMKilled")
-        worker = job.replacement(worker)
-        job.run(worker)
-        job.log(worker, "resumed")
-        job.exit(worker)
-        job.exit(master)
+        first, second = job.pods(2)
+        job.run(first)
+        job.run(second)
+        job.exit(second, 137, reason="OOMKilled")
+        second = job.replacement(second)
+        job.run(second)
+        job.log(second, "resumed")
+        job.exit(second)
+        job.exit(first)
 
     lines: list[str] = []
     result = run(k8s, spec(k8s, "pytorchjob"), lines, scenario)
     assert result.phase == "Succeeded" and result.restarts >= 1
-    assert "[worker-0] resumed" in lines
+    assert "[worker-1] resumed" in lines
 
 
 @pytest.mark.parametrize("api", ALL_APIS)

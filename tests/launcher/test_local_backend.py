@@ -105,9 +105,11 @@ def local(spec: TrainSpec, **options) -> JobResult:
 
 
 def local_spec(script: Path, mode: str, **kw) -> TrainSpec:
-    """The test script under the PyTorchJob contract (it reads RANK like a pod without torchrun)."""
+    """The test script under the PyTorchJob's Master contract (it reads RANK like a pod without
+    torchrun, which only a PyTorchJob with a Master gets)."""
     base = {
         "api": "pytorchjob",
+        "pytorch_master": True,
         "name": "local-job",
         "workers": 2,
         "command": ["python", str(script)],
@@ -211,10 +213,53 @@ def test_torch_distributed_initialises_from_the_contract(tmp_path: Path):
     (tmp_path / "ddp.py").write_text(DDP_SCRIPT)
     lines: list[str] = []
     spec = TrainSpec(
-        api="pytorchjob", name="ddp", workers=2, command=["python", str(tmp_path / "ddp.py")]
+        api="pytorchjob",
+        pytorch_master=True,
+        name="ddp",
+        workers=2,
+        command=["python", str(tmp_path / "ddp.py")],
     )
     assert local(spec, log=lines.append).phase == "Succeeded"
     assert "[master-0] rank 0/2 sum 3" in lines and "[worker-0] rank 1/2 sum 3" in lines
+
+
+ENV_BY_PID = textwrap.dedent(
+    """
+    import json, os, sys
+    from pathlib import Path
+    Path(sys.argv[1], f"env-{os.getpid()}.json").write_text(json.dumps(dict(os.environ)))
+    """
+)
+
+
+def test_a_workers_only_pytorchjob_meets_by_c10d_rendezvous(tmp_path: Path):
+    """The default PyTorchJob (no Master): the operator's PET_NNODES / PET_NPROC_PER_NODE and
+    the manifest's c10d rendezvous, no ranks and no master address; torchrun in each node."""
+    (tmp_path / "ddp.py").write_text(DDP_SCRIPT)
+    (tmp_path / "dump.py").write_text(ENV_BY_PID)
+    out = tmp_path / "out"
+    out.mkdir()
+    lines: list[str] = []
+    dump = TrainSpec(
+        api="pytorchjob",
+        name="dump",
+        workers=2,
+        command=["python", str(tmp_path / "dump.py")],
+        args=[str(out)],
+    )
+    assert local(dump, log=lines.append, timeout_s=60).phase == "Succeeded"
+    assert len(list(out.glob("env-*.json"))) == 2
+    for path in out.glob("env-*.json"):
+        env = json.loads(path.read_text())
+        assert env["PET_NNODES"] == "2" and env["PET_NPROC_PER_NODE"] == "1"
+        assert env["PET_RDZV_BACKEND"] == "c10d" and env["PET_RDZV_ID"] == "dump"
+        assert env["PET_RDZV_ENDPOINT"].startswith("127.0.0.1:")
+        assert not {"RANK", "WORLD_SIZE", "MASTER_ADDR", "PET_NODE_RANK"} & set(env)
+    spec = TrainSpec(
+        api="pytorchjob", name="ddp", workers=2, command=["torchrun", str(tmp_path / "ddp.py")]
+    )
+    assert local(spec, log=lines.append, timeout_s=120).phase == "Succeeded"
+    assert sum("/2 sum 3" in x for x in lines) == 2
 
 
 def test_torchrun_command_runs_nproc_per_node_processes(tmp_path: Path):
@@ -339,7 +384,7 @@ SIGTERM_LAUNCHER = textwrap.dedent(
     import sys
     from components.launcher import JobCancelled, LocalOptions, TrainSpec, run_job
 
-    spec = TrainSpec(api="pytorchjob", name="local-job", workers=2,
+    spec = TrainSpec(api="pytorchjob", pytorch_master=True, name="local-job", workers=2,
                      command=["python", sys.argv[1]], args=[sys.argv[2], "sleep"])
     try:
         run_job(spec, backend="local", options=LocalOptions(grace_period_s=5))
@@ -429,7 +474,7 @@ def test_real_trainer_two_workers_to_completion(workspace: Path):
     assert result.summary["steps"] >= 1
     for rel in ("model/weights.pt", "model/model.json", "metrics.jsonl", "summary.json"):
         assert (workspace / "out" / rel).is_file(), rel
-    assert any(x.startswith("[master-0] ") for x in lines)
+    assert any(x.startswith("[worker-0] ") for x in lines)  # Workers only, c10d rendezvous
 
 
 @needs_trainer

@@ -22,30 +22,39 @@ from components.launcher.spec import NCCL_PRESETS
 from tests.crds import require_crd, schema_errors
 
 
-def pod(manifest: dict, rtype: str = "Master") -> dict:
-    return manifest["spec"]["pytorchReplicaSpecs"][rtype]["template"]
+def pod(manifest: dict, rtype: str | None = None) -> dict:
+    """The pod template of ``rtype`` (default: the first replica type, Master or Worker)."""
+    replicas = manifest["spec"]["pytorchReplicaSpecs"]
+    return replicas[rtype or next(iter(replicas))]["template"]
 
 
-def container(manifest: dict, rtype: str = "Master") -> dict:
+def container(manifest: dict, rtype: str | None = None) -> dict:
     (c,) = pod(manifest, rtype)["spec"]["containers"]
     return c
 
 
+RENDEZVOUS = ("PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_RDZV_ID")
+
+
 def env_of(manifest: dict) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container(manifest).get("env", [])}
+    """The container's env, but for the Workers-only layout's rendezvous (tested on its own)."""
+    env = {e["name"]: e["value"] for e in container(manifest).get("env", [])}
+    return {k: v for k, v in env.items() if k not in RENDEZVOUS}
 
 
 # -- defaults and the shape of the job ---------------------------------------------------------
 
 
-def test_defaults_run_the_trainer_through_torchrun_on_one_master():
+def test_defaults_run_the_trainer_through_torchrun_on_one_worker():
     m = build_pytorchjob(TrainSpec(name="job", namespace="ml", args=["--epochs", "1"]))
     assert m["apiVersion"] == "kubeflow.org/v1" and m["kind"] == "PyTorchJob"
     assert m["metadata"]["name"] == "job" and m["metadata"]["namespace"] == "ml"
-    assert set(m["spec"]["pytorchReplicaSpecs"]) == {"Master"}
-    master = m["spec"]["pytorchReplicaSpecs"]["Master"]
+    # Workers only: no Master, so the operator adds no init-pytorch container (which restricted
+    # Pod Security refuses); torchrun meets at worker-0 by c10d.
+    assert set(m["spec"]["pytorchReplicaSpecs"]) == {"Worker"} and "elasticPolicy" not in m["spec"]
+    worker = m["spec"]["pytorchReplicaSpecs"]["Worker"]
     # ExitCode: bad config/data (1-127) is never restarted; preemption and lost peers are.
-    assert master["replicas"] == 1 and master["restartPolicy"] == "ExitCode"
+    assert worker["replicas"] == 1 and worker["restartPolicy"] == "ExitCode"
     c = container(m)
     assert c["name"] == "pytorch" and c["image"] == DEFAULT_IMAGE
     assert c["command"] == ["python", "-m", "trainer.torchrun", "-m", "trainer.train"]
@@ -67,14 +76,34 @@ def test_defaults_run_the_trainer_through_torchrun_on_one_master():
     assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
 
 
-def test_workers_become_one_master_and_n_minus_one_workers():
+def test_workers_meet_at_worker_0_by_c10d_rendezvous():
     m = build_pytorchjob(TrainSpec(name="job", workers=4, nproc_per_node=8, gpus_per_worker=8))
+    assert {k: v["replicas"] for k, v in m["spec"]["pytorchReplicaSpecs"].items()} == {"Worker": 4}
+    assert m["spec"]["nprocPerNode"] == "8"
+    env = {e["name"]: e["value"] for e in container(m)["env"]}
+    assert env["PET_RDZV_BACKEND"] == "c10d" and env["PET_RDZV_ID"] == "job"
+    assert env["PET_RDZV_ENDPOINT"] == "job-worker-0:29400"  # worker-0's hostname hosts it
+    mine = TrainSpec(name="job", workers=2, env={"PET_RDZV_ENDPOINT": "elsewhere:1"})
+    assert {e["name"]: e["value"] for e in container(build_pytorchjob(mine))["env"]}[
+        "PET_RDZV_ENDPOINT"
+    ] == "elsewhere:1"  # the spec's env wins
+
+
+def test_pytorch_master_gives_one_master_and_n_minus_one_workers():
+    spec = TrainSpec(
+        name="job", workers=4, nproc_per_node=8, gpus_per_worker=8, pytorch_master=True
+    )
+    m = build_pytorchjob(spec)
     replicas = m["spec"]["pytorchReplicaSpecs"]
     assert replicas["Master"]["replicas"] == 1 and replicas["Worker"]["replicas"] == 3
     assert m["spec"]["nprocPerNode"] == "8"
     assert "nProcPerNode" not in m["spec"].get("elasticPolicy", {})
-    assert container(m, "Worker")["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
+    assert container(m, "Worker")["resources"] == {
+        "requests": {"cpu": "32", "memory": "128Gi", "ephemeral-storage": "4Gi"},
+        "limits": {"nvidia.com/gpu": "8", "ephemeral-storage": "4Gi"},
+    }
     assert container(m, "Worker") == container(m, "Master")
+    assert "env" not in container(m)  # the operator's MASTER_ADDR/RANK, no rendezvous of ours
 
 
 def test_resources_requests_and_limits():
@@ -89,8 +118,8 @@ def test_resources_requests_and_limits():
         gpu_resource="amd.com/gpu",
     )
     assert container(build_pytorchjob(spec))["resources"] == {
-        "requests": {"cpu": "4", "memory": "16Gi"},
-        "limits": {"cpu": "8", "memory": "32Gi", "amd.com/gpu": "2"},
+        "requests": {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "4Gi"},
+        "limits": {"cpu": "8", "memory": "32Gi", "amd.com/gpu": "2", "ephemeral-storage": "4Gi"},
     }
 
 
@@ -148,8 +177,8 @@ def test_pvc_mounts_from_objects_strings_and_dicts():
 
 
 def test_host_network_sets_dns_policy():
-    spec = build_pytorchjob(TrainSpec(name="j", host_network=True))["spec"]
-    p = spec["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    privileged = TrainSpec(name="j", host_network=True, pod_security="privileged")
+    p = pod(build_pytorchjob(privileged))["spec"]
     assert p["hostNetwork"] is True and p["dnsPolicy"] == "ClusterFirstWithHostNet"
     p = pod(build_pytorchjob(TrainSpec(name="j")))["spec"]
     assert "hostNetwork" not in p and "dnsPolicy" not in p
@@ -247,7 +276,7 @@ def test_run_policy_and_restart_policy():
     # Unset: the launcher's defaults (the operator itself would restart without a limit).
     defaults = build_pytorchjob(TrainSpec(name="j"))["spec"]
     assert defaults["runPolicy"]["backoffLimit"] == 3
-    assert defaults["pytorchReplicaSpecs"]["Master"]["restartPolicy"] == "ExitCode"
+    assert defaults["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] == "ExitCode"
 
 
 def test_labels_annotations_and_run_labels():
@@ -309,7 +338,9 @@ VARIATIONS = [
     {"shm_size": None},
     {"shm_size": "512Mi"},
     {"pvcs": ["data:/data:ro", "ws:/workspace"]},
-    {"host_network": True},
+    {"host_network": True, "pod_security": "privileged"},
+    {"pytorch_master": True, "workers": 3},
+    {"pod_security": "baseline", "run_as_user": None, "run_as_group": None},
     {"node_selector": {"a.b/c": "d"}},
     {
         "tolerations": [
@@ -367,6 +398,8 @@ def some_options(rng: random.Random) -> dict[str, Any]:
     kwargs = {key: make() for key, make in v1_options(rng).items() if rng.random() < 0.4}
     if kwargs.get("shm_size") == "16Gi" and kwargs.get("memory_limit"):
         kwargs["shm_size"] = "1Gi"
+    if kwargs.get("host_network"):
+        kwargs["pod_security"] = "privileged"
     return kwargs
 
 
@@ -376,6 +409,8 @@ def random_spec(rng: random.Random) -> TrainSpec:
     gpus = rng.choice([0, 1, 2, 4, 8])
     kwargs |= {"gpus_per_worker": gpus, "nproc_per_node": rng.randint(1, max(gpus, 1))}
     kwargs |= some_options(rng)
+    if rng.random() < 0.3:
+        kwargs["pytorch_master"] = True
     if rng.random() < 0.25:
         lo = rng.randint(1, workers)
         kwargs |= {"elastic_min_replicas": lo, "elastic_max_replicas": workers + rng.randint(0, 4)}
@@ -439,7 +474,7 @@ def test_the_schema_check_catches_mistakes():
     ],
 )
 def test_admission_rules_catch_what_the_operator_refuses(mutate, message):
-    bad = copy.deepcopy(build_pytorchjob(TrainSpec(name="j", workers=2)))
+    bad = copy.deepcopy(build_pytorchjob(TrainSpec(name="j", workers=2, pytorch_master=True)))
     mutate(bad)
     errors = admission_errors(bad)
     if message is None:  # dropping the Worker is fine without an elastic policy

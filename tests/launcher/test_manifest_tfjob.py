@@ -62,12 +62,16 @@ def test_chief_workers_and_parameter_servers():
     m = build_tfjob(tf_spec(workers=4, ps_replicas=2, gpus_per_worker=2, cpu_request="8"))
     assert {k: v["replicas"] for k, v in replicas(m).items()} == {"Chief": 1, "Worker": 3, "PS": 2}
     assert container(m, "Worker") == container(m, "Chief")
+    disk = {"ephemeral-storage": "4Gi"}
     assert container(m)["resources"] == {
-        "requests": {"cpu": "8"},
-        "limits": {"nvidia.com/gpu": "2"},
+        "requests": {"cpu": "8", "memory": "32Gi", **disk},  # memory: 16Gi per GPU by default
+        "limits": {"nvidia.com/gpu": "2", **disk},
     }
     # Parameter servers hold variables and apply updates on their CPUs: no GPUs for them.
-    assert container(m, "PS")["resources"] == {"requests": {"cpu": "8"}}
+    assert container(m, "PS")["resources"] == {
+        "requests": {"cpu": "8", "memory": "32Gi", **disk},
+        "limits": disk,
+    }
     assert {k: v for k, v in container(m, "PS").items() if k != "resources"} == {
         k: v for k, v in container(m).items() if k != "resources"
     }
@@ -86,6 +90,7 @@ def test_the_pod_template_and_run_policy_are_the_pytorchjobs():
         "nccl_preset": "tcp",
         "pvcs": ["ws:/workspace:ro"],
         "host_network": True,
+        "pod_security": "privileged",
         "node_selector": {"pool": "gpu"},
         "tolerations": ["nvidia.com/gpu:NoSchedule"],
         "service_account": "runner",
@@ -101,7 +106,7 @@ def test_the_pod_template_and_run_policy_are_the_pytorchjobs():
         "run_id": "r-1",
     }
     tf = build_tfjob(TrainSpec(api="tfjob", **shared))
-    torch = build_pytorchjob(TrainSpec(api="pytorchjob", **shared))
+    torch = build_pytorchjob(TrainSpec(api="pytorchjob", pytorch_master=True, **shared))
     assert tf["spec"]["runPolicy"] == torch["spec"]["runPolicy"]
     assert tf["metadata"] == torch["metadata"] and tf["metadata"]["labels"][RUN_ID_LABEL] == "r-1"
     chief, master = copy.deepcopy(pod(tf)), copy.deepcopy(torch["spec"]["pytorchReplicaSpecs"])
@@ -143,7 +148,7 @@ VARIATIONS = [
     {"env": {"A": "1"}, "nccl_preset": "infiniband"},
     {"shm_size": None},
     {"pvcs": ["data:/data:ro", "ws:/workspace"]},
-    {"host_network": True},
+    {"host_network": True, "pod_security": "privileged"},
     {"node_selector": {"a.b/c": "d"}, "tolerations": [{"key": "k", "operator": "Exists"}]},
     {"service_account": "sa", "image_pull_secrets": ["s1"]},
     {"scheduler_name": "volcano", "queue": "q", "priority_class": "p", "min_available": 1},

@@ -37,7 +37,12 @@ def test_defaults_run_the_trainer_through_torchrun_on_the_torch_runtime():
     assert trainer["command"] == ["python", "-m", "trainer.torchrun", "-m", "trainer.train"]
     assert trainer["args"] == ["--epochs", "1"]
     assert trainer["numNodes"] == 1 and trainer["numProcPerNode"] == 1
-    assert "env" not in trainer and "resourcesPerNode" not in trainer
+    assert "env" not in trainer
+    # Never BestEffort, and a bounded disk (components/launcher/sizing.py).
+    assert trainer["resourcesPerNode"] == {
+        "requests": {"cpu": "1", "memory": "4Gi", "ephemeral-storage": "4Gi"},
+        "limits": {"ephemeral-storage": "4Gi"},
+    }
     assert "suspend" not in m["spec"] and "activeDeadlineSeconds" not in m["spec"]
     pod = patch_of(m)
     # Istio sidecars never exit: off on the job and its pods; the trainer checkpoints on SIGTERM.
@@ -47,9 +52,25 @@ def test_defaults_run_the_trainer_through_torchrun_on_the_torch_runtime():
     assert pod["spec"]["volumes"] == [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}
     ]
+    # Restricted Pod Security: the pod runs as the image's non-root user; nothing escalates.
     assert pod["spec"]["containers"] == [
-        {"name": "node", "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}
+        {
+            "name": "node",
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+            },
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        }
     ]
+    assert pod["spec"]["securityContext"] == {
+        "fsGroup": 1000,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "runAsGroup": 1000,
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def test_nodes_processes_and_resources():
@@ -67,8 +88,13 @@ def test_nodes_processes_and_resources():
     trainer = build_trainjob(spec)["spec"]["trainer"]
     assert trainer["numNodes"] == 4 and trainer["numProcPerNode"] == 8
     assert trainer["resourcesPerNode"] == {
-        "requests": {"cpu": "32", "memory": "256Gi"},
-        "limits": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8"},
+        "requests": {"cpu": "32", "memory": "256Gi", "ephemeral-storage": "4Gi"},
+        "limits": {
+            "cpu": "64",
+            "memory": "512Gi",
+            "ephemeral-storage": "4Gi",
+            "nvidia.com/gpu": "8",
+        },
     }
     # GPUs requested: our trainer is told to use CUDA (never a quiet CPU fallback).
     assert trainer["args"][-2:] == ["--device", "cuda"]
@@ -132,7 +158,11 @@ def test_pod_settings_go_through_the_runtime_patch():
 
 def test_no_shm_and_no_pvcs_leave_no_volumes():
     pod = patch_of(build_trainjob(TrainSpec(name="j", shm_size=None)))
-    assert "volumes" not in pod["spec"] and "containers" not in pod["spec"]
+    assert "volumes" not in pod["spec"]
+    assert [c.get("volumeMounts") for c in pod["spec"]["containers"]] == [None]
+    privileged = TrainSpec(name="j", shm_size=None, pod_security="privileged", run_as_user=None)
+    privileged.run_as_group = None
+    assert "containers" not in patch_of(build_trainjob(privileged))["spec"]
 
 
 def test_runtime_kueue_and_deadline():
@@ -290,20 +320,22 @@ def test_the_upstream_examples_pass_the_same_check():
 
 
 @pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
-def test_rdma_gets_ipc_lock_and_its_device(api):
+def test_rdma_gets_its_device_and_ipc_lock_only_when_asked_for(api):
     spec = TrainSpec(
         api=api,
         name="j",
         nccl_preset="infiniband",
         rdma_resource="rdma/rdma_shared_device_a",
         gpus_per_worker=8,
+        capabilities=["ipc_lock"],
+        pod_security="privileged",
     )
     m = build_manifest(spec)
     if api == "trainjob":
         (container,) = patch_of(m)["spec"]["containers"]
         limits = m["spec"]["trainer"]["resourcesPerNode"]["limits"]
     else:
-        (container,) = m["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
+        (container,) = m["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
         limits = container["resources"]["limits"]
     assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
     assert limits["rdma/rdma_shared_device_a"] == "1" and limits["nvidia.com/gpu"] == "8"

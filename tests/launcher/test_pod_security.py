@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from components.launcher import TrainSpec, job_api
+from components.launcher import SpecError, TrainSpec, job_api
 from tests.cluster.play import JOB_LABEL
 from tests.launcher.k8s_helpers import TF_PROGRAM
 
@@ -71,29 +71,70 @@ def admission(cluster, s: TrainSpec, pods: int, timeout: float = 30.0) -> tuple[
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("api", ["trainjob", "pytorchjob", "tfjob"])
 def test_the_pods_of_every_job_pass_pod_security(cluster, enforcing, level, api, variant, request):
-    if level == "restricted":  # strict: runs, and must fail today
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,  # the verdict, not any other error
-                reason="known failure: no runAsNonRoot, allowPrivilegeEscalation: false, "
-                "capabilities.drop [ALL] or seccompProfile on our pods and the operator's "
-                "init container (the safe-on-a-shared-cluster issue)",
-            )
-        )
     s = job_spec(enforcing, api, **VARIANTS[variant])
     submit(cluster, s)
     verdict, why = admission(cluster, s, pods=2)
     assert verdict == "admitted", why
 
 
-def test_the_infiniband_preset_needs_a_privileged_namespace(cluster, request):
-    """IPC_LOCK (RDMA memory registration) is a capability even baseline refuses."""
-    namespace = cluster.create_namespace(request.node.name, pod_security="baseline")
-    try:
-        s = job_spec(namespace, "pytorchjob", nccl_preset="infiniband", gpus_per_worker=1)
-        submit(cluster, s)
-        verdict, why = admission(cluster, s, pods=2)
-        assert verdict == "refused" and "IPC_LOCK" in why, why
-    finally:
-        cluster.delete_namespace(namespace)
+def test_ipc_lock_is_an_explicit_opt_in_that_needs_a_privileged_namespace(cluster, request):
+    """IPC_LOCK (RDMA memory registration) is a capability even baseline refuses: the spec
+    refuses it below pod_security=privileged, naming the level; a restricted namespace refuses
+    such pods; a privileged namespace admits them."""
+    with pytest.raises(SpecError, match="pod_security=privileged.*enforce: privileged"):
+        job_spec("default", "pytorchjob", capabilities=["IPC_LOCK"])
+    for level, expected in (("restricted", "refused"), ("privileged", "admitted")):
+        namespace = cluster.create_namespace(f"{request.node.name}-{level}", pod_security=level)
+        try:
+            s = job_spec(
+                namespace,
+                "pytorchjob",
+                nccl_preset="infiniband",
+                capabilities=["IPC_LOCK"],
+                pod_security="privileged",
+                gpus_per_worker=1,
+            )
+            submit(cluster, s)
+            verdict, why = admission(cluster, s, pods=2)
+            assert verdict == expected, why
+            if expected == "refused":
+                assert "IPC_LOCK" in why
+        finally:
+            cluster.delete_namespace(namespace)
+
+
+def test_the_infiniband_preset_alone_stays_restricted(cluster, enforcing, level):
+    s = job_spec(enforcing, "trainjob", nccl_preset="infiniband", gpus_per_worker=1)
+    assert any("IPC_LOCK" in w for w in s.warnings())  # says what RDMA may still need
+    submit(cluster, s)
+    verdict, why = admission(cluster, s, pods=2)
+    assert verdict == "admitted", why
+
+
+def test_a_master_layout_needs_the_operators_init_template_under_restricted(
+    cluster, clusters, request
+):
+    """pytorch_master=True: the v1.9 operator adds init-pytorch to every Worker. Its built-in
+    container (the whole plane's operator) is refused under restricted; with the template we
+    ship, given to the operator as an admin would (the operator-only plane), it is admitted."""
+    from tests.cluster.plugin import OPERATOR_ONLY
+
+    for plane, expected in ((cluster, "refused"), (clusters.get(OPERATOR_ONLY), "admitted")):
+        namespace = plane.create_namespace(request.node.name, pod_security="restricted")
+        try:
+            s = job_spec(namespace, "pytorchjob", pytorch_master=True)
+            assert any("init-pytorch" in w for w in s.warnings())
+            submit(plane, s)
+            verdict, why = admission(plane, s, pods=2)
+            assert verdict == expected, why
+            if expected == "refused":
+                assert 'container "init-pytorch"' in why
+            else:
+                (worker,) = [
+                    p
+                    for p in client.CoreV1Api(plane.clients()).list_namespaced_pod(namespace).items
+                    if p.metadata.labels.get("training.kubeflow.org/replica-type") == "worker"
+                ]
+                assert [c.name for c in worker.spec.init_containers] == ["init-pytorch"]
+        finally:
+            plane.delete_namespace(namespace)

@@ -103,7 +103,7 @@ TRAINJOB_REFUSALS = {
     "min_available": ({"min_available": 1}, "podGroupPolicy"),
     "queue": ({"queue": "research"}, "kueue_queue"),
     "priority_class": ({"priority_class": "high"}, "WorkloadPriorityClass"),
-    "host_network": ({"host_network": True}, "hostNetwork: true"),
+    "host_network": ({"host_network": True, "pod_security": "privileged"}, "hostNetwork: true"),
     "restart_policy": ({"restart_policy": "ExitCode"}, "failurePolicy"),
     "backoff_limit": ({"backoff_limit": 2}, "failurePolicy"),
     "clean_pod_policy": ({"clean_pod_policy": "All"}, "cleanup option"),
@@ -115,6 +115,7 @@ def test_every_v1_only_field_has_a_refusal():
     assert set(UNSUPPORTED["trainjob"]) == set(TRAINJOB_REFUSALS) | {
         "elastic_max_replicas",
         "ps_replicas",
+        "pytorch_master",
     }
 
 
@@ -181,20 +182,35 @@ def test_one_process_per_gpu_by_default():
     assert "6 GPU(s) per node stay idle" in warning
 
 
-def test_shm_grows_with_the_processes_and_stays_below_the_memory_limit():
+def test_shm_grows_with_the_processes_and_stays_below_the_memory_request():
     assert TrainSpec(name="j").shm_size == "2Gi"
     assert TrainSpec(name="j", gpus_per_worker=8).shm_size == "16Gi"
     assert TrainSpec(name="j", gpus_per_worker=8, memory_limit="20Gi").shm_size == "10Gi"
+    assert TrainSpec(name="j", gpus_per_worker=8, memory_request="20Gi").shm_size == "10Gi"
     assert TrainSpec(name="j", memory_limit="3Gi").shm_size == "1536Mi"
     assert TrainSpec(name="j", shm_size="").shm_size is None
-    assert TrainSpec(name="j", shm_size="8Gi").shm_size == "8Gi"
+    # An explicit /dev/shm is memory too: the default request grows by it.
+    explicit = TrainSpec(name="j", shm_size="8Gi")
+    assert (explicit.shm_size, explicit.memory_request) == ("8Gi", "12Gi")
+    with pytest.raises(SpecError, match="shm_size.*counts against the pod's memory"):
+        TrainSpec(name="j", shm_size="8Gi", memory_request="8Gi")
 
 
 def test_infiniband_needs_its_device_or_says_what_is_missing():
     spec = TrainSpec(name="j", nccl_preset="infiniband", gpus_per_worker=8)
     assert any("without rdma_resource" in w for w in spec.warnings())
-    ok = TrainSpec(name="j", nccl_preset="infiniband", gpus_per_worker=8, rdma_resource="rdma/ib")
+    ok = TrainSpec(
+        name="j",
+        nccl_preset="infiniband",
+        gpus_per_worker=8,
+        rdma_resource="rdma/ib",
+        capabilities=["IPC_LOCK"],
+        pod_security="privileged",
+    )
     assert ok.warnings() == []
+    no_lock = TrainSpec(name="j", nccl_preset="infiniband", gpus_per_worker=8, rdma_resource="r/ib")
+    (warning,) = no_lock.warnings()  # restricted by default: says what RDMA may still need
+    assert "capabilities=['IPC_LOCK']" in warning and "pod_security=privileged" in warning
     with pytest.raises(SpecError, match="only with nccl_preset=infiniband"):
         TrainSpec(name="j", rdma_resource="rdma/ib")
     with pytest.raises(SpecError, match="rdma_resource"):
@@ -234,7 +250,10 @@ TFJOB_REFUSALS = {
 
 
 def test_every_tfjob_refusal_is_tested():
-    assert set(UNSUPPORTED["tfjob"]) == set(TFJOB_REFUSALS) | {"elastic_max_replicas"}
+    assert set(UNSUPPORTED["tfjob"]) == set(TFJOB_REFUSALS) | {
+        "elastic_max_replicas",
+        "pytorch_master",
+    }
 
 
 @pytest.mark.parametrize("field", sorted(TFJOB_REFUSALS))
@@ -267,6 +286,7 @@ def test_a_tfjob_takes_every_v1_pod_and_run_policy_setting():
         ps_replicas=2,
         gpus_per_worker=2,
         host_network=True,
+        pod_security="privileged",
         scheduler_name="volcano",
         queue="q",
         priority_class="high",

@@ -27,7 +27,8 @@ STAGED = {
 
 def node_pod(manifest: dict) -> dict:
     if manifest["kind"] == "PyTorchJob":
-        return manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+        (replica,) = manifest["spec"]["pytorchReplicaSpecs"].values()  # Workers only
+        return replica["template"]["spec"]
     (patch,) = manifest["spec"]["runtimePatches"]
     (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     return node["template"]["spec"]["template"]["spec"]
@@ -64,10 +65,16 @@ def test_a_pytorchjob_stages_in_an_init_container():
     assert init["name"] == "stage-data" and init["command"] == STAGE
     assert init["env"] == SECRET_REFS  # the Secret's keys by reference, never their values
     assert init["volumeMounts"] == [{"name": "staged-data", "mountPath": "/stage"}]
+    # Restricted Pod Security covers our init container too.
+    assert init["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
     (container,) = pod["containers"]
     assert {"name": "staged-data", "mountPath": "/stage"} in container["volumeMounts"]
-    assert container["env"] == SECRET_REFS  # the trainer's S3 mirror uses them too
-    assert {"name": "staged-data", "emptyDir": {}} in pod["volumes"]
+    assert [e for e in container["env"] if not e["name"].startswith("PET_RDZV")] == SECRET_REFS
+    # Bounded: the data set (size unknown here: 100Gi) and room for checkpoints (20Gi).
+    assert {"name": "staged-data", "emptyDir": {"sizeLimit": "120Gi"}} in pod["volumes"]
     assert schema_errors("pytorchjob", m) == []
 
 
@@ -86,16 +93,21 @@ def test_a_trainjob_stages_then_execs_the_trainer():
     ]
     assert trainer["env"] == SECRET_REFS
     pod = node_pod(m)
-    assert {"name": "staged-data", "emptyDir": {}} in pod["volumes"]
+    assert {"name": "staged-data", "emptyDir": {"sizeLimit": "120Gi"}} in pod["volumes"]
     assert {"name": "staged-data", "mountPath": "/stage"} in pod["containers"][0]["volumeMounts"]
     assert schema_errors("trainjob", m) == []
 
 
 @pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
 def test_a_host_path_cache_keeps_staged_data_on_the_node(api):
-    m = build_manifest(
-        TrainSpec(api=api, name="j", stage_cache_host_path="/mnt/kfp-ddp-cache", **STAGED)
+    spec = TrainSpec(
+        api=api,
+        name="j",
+        stage_cache_host_path="/mnt/kfp-ddp-cache",
+        pod_security="privileged",  # hostPath volumes: refused by baseline and restricted
+        **STAGED,
     )
+    m = build_manifest(spec)
     assert {
         "name": "staged-data",
         "hostPath": {"path": "/mnt/kfp-ddp-cache", "type": "DirectoryOrCreate"},
@@ -111,6 +123,7 @@ def test_a_host_path_cache_keeps_staged_data_on_the_node(api):
         ({"stage_data_uri": "/local/data"}, "stage_data_uri"),
         ({"stage_cache_host_path": "/mnt/x"}, "set stage_data_uri too"),
         ({"stage_data_uri": "s3://b/d", "stage_cache_host_path": "relative"}, "absolute"),
+        ({"stage_data_uri": "s3://b/d", "stage_cache_host_path": "/mnt/x"}, "privileged"),
         ({"s3_credentials_secret": "Bad Secret"}, "s3_credentials_secret"),
         ({"s3_endpoint": "minio:9000"}, "s3_endpoint"),
         ({"stage_data_uri": "s3://b/d", "pvcs": ["ws:/stage"]}, "/stage"),

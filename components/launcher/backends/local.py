@@ -9,11 +9,14 @@ first interface):
   ``PET_MASTER_ADDR``, ``PET_MASTER_PORT`` and nothing else; the container command runs
   torchrun in each node (the default command, ``python -m trainer.torchrun -m trainer.train``),
   which turns those into RANK/WORLD_SIZE/LOCAL_RANK for its workers, exactly as in the pod.
-- **pytorchjob** (Training Operator v1): ``master-0``, ``worker-0..`` with MASTER_ADDR/MASTER_PORT,
-  WORLD_SIZE, RANK (= pod rank), and the PET_* variables. With ``nproc_per_node == 1`` (and no
-  elastic policy) the default command runs ``python -m trainer.train`` directly per replica (one
-  process, no torchrun agent: about a second less per replica, and the replica's exit code is the
-  trainer's); with more processes per node it runs torchrun like the pod.
+- **pytorchjob** (Training Operator v1): by default Workers only, ``worker-0..``, with the
+  operator's ``PET_NNODES`` and ``PET_NPROC_PER_NODE`` and the manifest's c10d rendezvous
+  (``PET_RDZV_BACKEND``, ``PET_RDZV_ENDPOINT`` on loopback, ``PET_RDZV_ID``); torchrun in every
+  node assigns the ranks. With ``pytorch_master``: ``master-0``, ``worker-0..`` with
+  MASTER_ADDR/MASTER_PORT, WORLD_SIZE, RANK (= pod rank) and the PET_* variables; then, with
+  ``nproc_per_node == 1``, the default command runs ``python -m trainer.train`` directly per
+  replica (one process, no torchrun agent: about a second less per replica, and the replica's
+  exit code is the trainer's). Elastic jobs: Workers only, the elastic policy's variables.
 - **tfjob** (Training Operator v1, a TensorFlow program): ``chief-0``, ``worker-0..``, ``ps-0..``,
   each with the operator's ``TF_CONFIG`` (``backends.tf_config``: the cluster on loopback, one
   port per replica, and the replica's task type and index) and nothing else. As the operator's
@@ -100,13 +103,13 @@ def local_api(spec: TrainSpec) -> str:
 
 
 def replica_names(spec: TrainSpec) -> list[str]:
-    """Pod suffixes in node-rank order: node-0.. (TrainJob); master-0, worker-0.. (PyTorchJob);
-    chief-0, worker-0.., ps-0.. (TFJob)."""
+    """Pod suffixes in node order: node-0.. (TrainJob); worker-0.. (PyTorchJob; master-0,
+    worker-0.. with ``pytorch_master``); chief-0, worker-0.., ps-0.. (TFJob)."""
     if local_api(spec) == "tfjob":
         return [task.name for task in tf_tasks(spec)]
     if local_api(spec) == "trainjob":
         return [f"node-{i}" for i in range(spec.workers)]
-    if spec.elastic:
+    if spec.elastic or not spec.pytorch_master:
         return [f"worker-{i}" for i in range(spec.workers)]
     return ["master-0"] + [f"worker-{i}" for i in range(spec.workers - 1)]
 
@@ -206,6 +209,7 @@ class LocalRun:
         spec = self.spec
         return (
             self.api == "pytorchjob"
+            and spec.pytorch_master
             and spec.command is None
             and spec.nproc_per_node == 1
             and not spec.elastic
@@ -255,22 +259,33 @@ class LocalRun:
         }
         if self.api == "trainjob":
             return contract
+        if spec.elastic or not spec.pytorch_master:
+            return self._rendezvous_contract(port)
         contract |= {
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
             "WORLD_SIZE": str(spec.world_size),
             "RANK": str(rank),
         }
-        if spec.elastic:
-            contract |= {
-                "PET_NNODES": f"{spec.elastic_min_replicas}:{spec.elastic_max_replicas}",
-                "PET_RDZV_BACKEND": "c10d",
-                "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}",
-            }
-            if spec.max_restarts is not None:
-                contract["PET_MAX_RESTARTS"] = str(spec.max_restarts)
         if self._direct():
             contract |= {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+        return contract
+
+    def _rendezvous_contract(self, port: int) -> dict[str, str]:
+        """A Workers-only PyTorchJob: torchrun's c10d rendezvous (its store on the first node to
+        bind the port, as worker-0 hosts it in the cluster); no ranks, no master address."""
+        spec = self.spec
+        contract = {
+            "PET_NNODES": str(spec.workers),
+            "PET_NPROC_PER_NODE": str(spec.nproc_per_node),
+            "PET_RDZV_BACKEND": "c10d",
+            "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}",
+            "PET_RDZV_ID": spec.name,
+        }
+        if spec.elastic:
+            contract["PET_NNODES"] = f"{spec.elastic_min_replicas}:{spec.elastic_max_replicas}"
+            if spec.max_restarts is not None:
+                contract["PET_MAX_RESTARTS"] = str(spec.max_restarts)
         return contract
 
     def replica_env(self, rank: int, ports: list[int]) -> dict[str, str]:
