@@ -45,5 +45,33 @@ RUN grep -vE '^(torch|torchvision|torchaudio|triton|nvidia-[a-z0-9-]+)==' constr
  && python -c "import torch, torchvision, kfp, kfp.kubernetes, boto3, kubeflow.training, kubeflow_trainer_api, kfp_ddp, trainer, components, pipelines" \
  && kfp-ddp --help > /dev/null
 
+# A non-root user of its own, the one the launcher runs the training pods as (TrainSpec.run_as_user
+# / run_as_group 1000: restricted Pod Security). Base images that already have UID/GID 1000 (the
+# "ubuntu" user of Ubuntu 24.04 images) give it up first. Its HOME holds every cache a step or the
+# trainer writes (pip, Triton, TorchInductor, torch hub, matplotlib, the S3 sync's hash cache).
+# KFP's launcher writes artifacts under /gcs, /minio and /s3 (a contract of its Python components,
+# kubeflow/pipelines#5673): made here, owned by the user, so the steps run as non-root too.
+ARG APP_UID=1000
+ARG APP_GID=1000
+RUN set -eu; \
+    old_user="$(getent passwd "${APP_UID}" | cut -d: -f1 || true)"; \
+    if [ -n "$old_user" ]; then userdel --remove "$old_user" 2>/dev/null || userdel "$old_user"; fi; \
+    old_group="$(getent group "${APP_GID}" | cut -d: -f1 || true)"; \
+    if [ -n "$old_group" ]; then groupdel "$old_group"; fi; \
+    groupadd --gid "${APP_GID}" kfp-ddp; \
+    useradd --uid "${APP_UID}" --gid "${APP_GID}" --create-home --home-dir /home/kfp-ddp \
+        --shell /usr/sbin/nologin kfp-ddp; \
+    mkdir -p /home/kfp-ddp/.cache /gcs /minio /s3; \
+    chown -R "${APP_UID}:${APP_GID}" /home/kfp-ddp /gcs /minio /s3; \
+    chmod 0775 /gcs /minio /s3
+ENV HOME=/home/kfp-ddp \
+    XDG_CACHE_HOME=/home/kfp-ddp/.cache \
+    TRITON_CACHE_DIR=/home/kfp-ddp/.cache/triton \
+    TORCHINDUCTOR_CACHE_DIR=/home/kfp-ddp/.cache/torchinductor \
+    TORCH_HOME=/home/kfp-ddp/.cache/torch \
+    MPLCONFIGDIR=/home/kfp-ddp/.cache/matplotlib
+# Numeric, so that the kubelet can check runAsNonRoot without reading /etc/passwd.
+USER 1000:1000
+
 # KFP sets the command of every step and the PyTorchJob sets the trainer's; this is for `docker run`.
 CMD ["kfp-ddp", "--help"]

@@ -30,3 +30,24 @@ def test_the_image_has_a_c_compiler_for_triton_and_keeps_the_shared_package():
     text = (REPO / "Dockerfile").read_text()
     assert re.search(r"apt-get install[^\n]*\bgcc\b", text)
     assert "COPY kfp_ddp ./kfp_ddp" in text
+
+
+def test_the_image_runs_as_the_non_root_user_the_launcher_asks_for():
+    """Restricted Pod Security: the pods run as TrainSpec.run_as_user/run_as_group, which the
+    image must provide (numeric, so the kubelet checks runAsNonRoot without /etc/passwd), with a
+    writable HOME for the caches and KFP's artifact folders for the steps."""
+    from components.launcher import TrainSpec
+
+    text = (REPO / "Dockerfile").read_text()
+    users = re.findall(r"^USER (\S+)$", text, re.M)
+    assert users, "Dockerfile: no USER: the image would run as root"
+    spec = TrainSpec(name="j")
+    assert users[-1] == f"{spec.run_as_user}:{spec.run_as_group}"
+    assert re.search(r"^ARG APP_UID=%d$" % spec.run_as_user, text, re.M)
+    assert re.search(r"^ARG APP_GID=%d$" % spec.run_as_group, text, re.M)
+    assert "useradd --uid \"${APP_UID}\"" in text and "--create-home --home-dir /home/kfp-ddp" in text
+    assert re.search(r"HOME=/home/kfp-ddp", text) and "XDG_CACHE_HOME=/home/kfp-ddp/.cache" in text
+    for folder in ("/gcs", "/minio", "/s3"):  # where KFP's launcher writes the artifacts
+        assert re.search(r"mkdir -p[^\n]*%s" % folder, text), folder
+    # Nothing runs as root after the switch.
+    assert text.index(f"USER {users[-1]}") > text.rindex("RUN ")
