@@ -9,6 +9,7 @@ one exits 2 with one line naming the parameter, the value and the fix.
 from __future__ import annotations
 
 import datetime
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -82,6 +83,31 @@ _storage_option = click.option(
     "go through S3), runs on any cluster. shared-volume: the steps and nodes share the "
     "ReadWriteMany claim workspace_pvc. Compile time; a --package keeps its own.",
 )
+
+
+def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) -> dict | None:
+    """A --option that takes a JSON object."""
+    if value is None:
+        return None
+    try:
+        data = json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r} is not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"{value!r} must be a JSON object")
+    return data
+
+
+_cluster_settings_option = click.option(
+    "--cluster-settings",
+    callback=_json_object,
+    default=None,
+    help="JSON object of TrainSpec fields an admin fixes for every training job of this "
+    "pipeline, never UI parameters: the node-access ones (pod_security, capabilities, "
+    "host_network, stage_cache_host_path) and any other, e.g. "
+    '{"pod_security": "privileged", "stage_cache_host_path": "/mnt/kfp-ddp-cache"}. '
+    "Compile time.",
+)
 _package_option = click.option(
     "--package",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -100,6 +126,7 @@ def main() -> None:
 @main.command("compile")
 @_image_option
 @_storage_option
+@_cluster_settings_option
 @click.option(
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -107,9 +134,16 @@ def main() -> None:
     help="Where to write the compiled pipeline YAML (default: the committed one of --storage, "
     "pipelines/compiled/training_pipeline[_shared_volume].yaml).",
 )
-def compile_command(image: str, storage: str, output: Path | None) -> None:
+def compile_command(
+    image: str, storage: str, cluster_settings: dict | None, output: Path | None
+) -> None:
     """Compile the training pipeline to YAML (upload it in the Kubeflow UI or with `upload`)."""
-    path = compile_pipeline(output or PACKAGES[storage], image=image, storage=storage)
+    path = compile_pipeline(
+        output or PACKAGES[storage],
+        image=image,
+        storage=storage,
+        cluster_settings=cluster_settings,
+    )
     spec, _ = load_package(path)
     click.echo(
         f"compiled {spec['pipelineInfo']['name']} ({storage} storage) for image {image} → {path}"
@@ -446,9 +480,22 @@ def schedule_command(
     "PodMonitor and PrometheusRule.",
 )
 @_storage_option
+@_cluster_settings_option
+@click.option(
+    "--data-bytes",
+    type=click.IntRange(min=0),
+    default=0,
+    help="The data set's size, as the data step would count it (sizes the staging volume).",
+)
 @_param_option
 def render_command(
-    run_id: str, data_digest: str, metrics_port: int | None, storage: str, params: tuple[str, ...]
+    run_id: str,
+    data_digest: str,
+    metrics_port: int | None,
+    storage: str,
+    cluster_settings: dict | None,
+    data_bytes: int,
+    params: tuple[str, ...],
 ) -> None:
     """Print the TrainJob/PyTorchJob a run with these parameters would submit (no cluster access).
 
@@ -460,17 +507,25 @@ def render_command(
     from components.launcher import SpecError, build_manifest
     from components.launcher.monitoring import render_yaml
     from components.launcher.step import TrainingStepInputs, training_spec
-    from pipelines.training import WORKSPACE_MOUNT_PATH, planned_step_inputs
+    from pipelines.training import (
+        WORKSPACE_MOUNT_PATH,
+        cluster_settings_json,
+        planned_step_inputs,
+    )
 
     inputs = pipeline_inputs(storage)
     arguments = default_arguments(inputs) | parse_parameters(params, inputs)
     if metrics_port is not None:
         arguments["metrics_port"] = metrics_port
-    checked_arguments(arguments, storage=storage)
-    arguments |= {"backend": "kubernetes", "workspace_path": WORKSPACE_MOUNT_PATH}
-    arguments |= {"storage": storage}
     try:
-        step = TrainingStepInputs(**planned_step_inputs(arguments, data_digest))
+        settings = cluster_settings_json(cluster_settings)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cluster-settings") from None
+    checked_arguments(arguments, storage=storage, cluster_settings=settings)
+    arguments |= {"backend": "kubernetes", "workspace_path": WORKSPACE_MOUNT_PATH}
+    arguments |= {"storage": storage, "cluster_settings": settings}
+    try:
+        step = TrainingStepInputs(**planned_step_inputs(arguments, data_digest, data_bytes))
         spec = training_spec(step, run_id=run_id)
         manifest = build_manifest(spec)
     except (SpecError, ValueError) as exc:

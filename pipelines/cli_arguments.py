@@ -107,13 +107,18 @@ def checked_arguments(arguments: Mapping[str, Any], **compile_time: Any) -> None
     """Check every argument (with the declared defaults) before anything is submitted.
 
     ``compile_time``: the values the pipeline fixes when it is compiled (backend,
-    workspace_path, storage). A problem exits 2, one line each: parameter, value, fix.
+    workspace_path, storage, cluster_settings). A problem exits 2, one line each: parameter,
+    value, fix.
     """
     from pipelines.training import DEFAULT_STORAGE, WORKSPACE_MOUNT_PATH
     from pipelines.validation import ArgumentError, check_arguments
 
     complete = with_defaults(arguments, compile_time.get("storage"))
-    fixed = {"backend": "kubernetes", "workspace_path": WORKSPACE_MOUNT_PATH}
+    fixed = {
+        "backend": "kubernetes",
+        "workspace_path": WORKSPACE_MOUNT_PATH,
+        "cluster_settings": "",
+    }
     complete |= fixed | {"storage": DEFAULT_STORAGE} | compile_time
     try:
         check_arguments(complete)

@@ -178,6 +178,7 @@ def _check(arguments: dict[str, Any], workspace: Path, storage: str) -> None:
         check_arguments(
             with_defaults(arguments, storage)
             | {"backend": "local", "workspace_path": str(workspace), "storage": storage}
+            | {"cluster_settings": ""}
         )
     except ArgumentError as exc:
         raise LocalRunError("bad argument(s):\n" + "\n".join(exc.problems)) from None

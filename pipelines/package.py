@@ -101,17 +101,23 @@ def package_storage(pipeline_spec: dict) -> str:
 
 
 def compile_pipeline(
-    output: Path, *, image: str = DEFAULT_IMAGE, storage: str = "object-store"
+    output: Path,
+    *,
+    image: str = DEFAULT_IMAGE,
+    storage: str = "object-store",
+    cluster_settings: dict | None = None,
 ) -> Path:
-    """Compile the training pipeline for ``image`` and ``storage`` to ``output`` (atomically,
-    readable by all)."""
+    """Compile the training pipeline for ``image``, ``storage`` and the admin's
+    ``cluster_settings`` to ``output`` (atomically, readable by all)."""
     from kfp import compiler
 
     from kfp_ddp.atomic_files import write_atomic
     from pipelines.training import build_training_pipeline
 
     try:
-        pipeline = build_training_pipeline(image=image, storage=storage)
+        pipeline = build_training_pipeline(
+            image=image, storage=storage, cluster_settings=cluster_settings
+        )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     output = Path(output)

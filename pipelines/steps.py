@@ -51,12 +51,13 @@ def check_arguments_step(
     backend: str,
     workspace_path: str,
     storage: str,
+    cluster_settings: str,
 ) -> str:
     """Check every pipeline argument; fail with one line per problem (parameter, value, fix).
 
     Its parameters are the pipeline's (a test holds them equal) plus the compile-time backend,
-    workspace_path and storage. Returns where the training keeps its checkpoints (and, with
-    object-store storage, its model): checkpoint_uri, or its default.
+    workspace_path, storage and cluster_settings. Returns where the training keeps its
+    checkpoints (and, with object-store storage, its model): checkpoint_uri, or its default.
     """
     arguments = dict(locals())
     from pipelines.training import checkpoint_base
@@ -112,11 +113,12 @@ def list_dataset_step(
     data_uri: str,
     endpoint_url: str,
     dataset: Output[Dataset],
-) -> NamedTuple("Outputs", [("digest", str)]):
+) -> NamedTuple("Outputs", [("digest", str), ("size_bytes", int)]):
     """List data_uri in S3 and check its train/ and val/ splits; nothing is downloaded.
 
     Every training node stages the data itself (object-store storage); the digest is the
-    training step's caching key and what every node must find when it stages.
+    training step's caching key and what every node must find when it stages; the size bounds
+    each node's staging volume.
 
     Args:
         data_uri: s3://bucket/prefix of the ImageFolder (train/ and val/ class folders).
@@ -125,6 +127,7 @@ def list_dataset_step(
     Returns:
         dataset: metadata only: the source, files, bytes, classes and the digest.
         digest: the digest of the listing (keys, sizes, ETags).
+        size_bytes: the data set's size: every node's staging volume is sized from it.
     """
     from collections import namedtuple
 
@@ -133,7 +136,7 @@ def list_dataset_step(
     listed = inspect_dataset(data_uri, endpoint_url=endpoint_url or None)
     dataset.metadata.update(listed.metadata())
     print(f"data: {listed.summary()}")
-    return namedtuple("Outputs", ["digest"])(listed.digest)
+    return namedtuple("Outputs", ["digest", "size_bytes"])(listed.digest, listed.bytes_total)
 
 
 def publish_model_step(

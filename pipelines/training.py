@@ -50,6 +50,7 @@ kfp-kubernetes settings, so local runs take them from the caller's environment.
 
 import functools
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -87,6 +88,7 @@ def training_step_inputs(
     checkpoint_uri: Any,
     data_dir: Any = "",
     pvc_name: Any = "",
+    data_bytes: Any = 0,
 ) -> dict[str, Any]:
     """The training component's inputs for the pipeline's ``arguments``.
 
@@ -127,7 +129,9 @@ def training_step_inputs(
         "pvc_name": pvc_name if shared else "",
         "pvc_mount_path": workspace_path if shared else "",
         "data_digest": data_digest,
+        "data_bytes": 0 if shared else data_bytes,
         "overrides_json": a["train_overrides"],
+        "cluster_settings_json": a.get("cluster_settings", ""),
         "retrain_token": a["retrain_token"],
     }
 
@@ -158,16 +162,35 @@ def staged_data_dir(arguments: Mapping[str, Any], digest: str) -> str:
     )
 
 
-def planned_step_inputs(arguments: Mapping[str, Any], data_digest: str) -> dict[str, Any]:
+def planned_step_inputs(
+    arguments: Mapping[str, Any], data_digest: str, data_bytes: int = 0
+) -> dict[str, Any]:
     """The training step's inputs from plain values, for a data step that found ``data_digest``
-    (``kfp-ddp render`` and the argument check: what the pipeline would hand the step)."""
+    and ``data_bytes`` (``kfp-ddp render`` and the argument check: what the pipeline would hand
+    the step)."""
     return training_step_inputs(
         arguments,
         data_dir=staged_data_dir(arguments, data_digest),
         data_digest=data_digest,
         pvc_name=arguments.get("workspace_pvc", ""),
         checkpoint_uri=checkpoint_base(arguments),
+        data_bytes=data_bytes,
     )
+
+
+def cluster_settings_json(settings: Mapping[str, Any] | None) -> str:
+    """The compile-time node-access settings as the training step's ``cluster_settings_json``
+    (checked: TrainSpec fields only)."""
+    from components.launcher.spec import TrainSpec
+
+    settings = dict(settings or {})
+    unknown = sorted(set(settings) - set(TrainSpec.field_names()))
+    if unknown:
+        raise ValueError(
+            f"cluster_settings: unknown TrainSpec field(s) {unknown}; e.g. "
+            '{"pod_security": "privileged", "stage_cache_host_path": "/mnt/kfp-ddp-cache"}'
+        )
+    return json.dumps(settings, sort_keys=True) if settings else ""
 
 
 def _parameters(frame: Any, names: Mapping[str, Any]) -> dict[str, Any]:
@@ -177,6 +200,7 @@ def _parameters(frame: Any, names: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_build_options(backend: str, storage: str, workspace_size: str | None) -> None:
+    """The compile-time choices go together (raises ValueError naming the one that does not)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}: use one of {', '.join(BACKENDS)}")
     if storage not in STORAGE_MODES:
@@ -196,6 +220,7 @@ def build_training_pipeline(
     storage: str = DEFAULT_STORAGE,
     workspace_size: str | None = None,
     storage_class: str = "",
+    cluster_settings: Mapping[str, Any] | None = None,
 ):
     """The training pipeline with every step on ``image``.
 
@@ -217,6 +242,11 @@ def build_training_pipeline(
             it by the run id). ``workspace_pvc`` is then unused. Such a pipeline cannot run
             under ``kfp.local`` (CreatePVC/DeletePVC are container components).
         storage_class: StorageClass of the created claim ('' = the cluster default).
+        cluster_settings: TrainSpec fields for every training job that are an admin's choice,
+            never a UI parameter: those that open the node (``pod_security``,
+            ``capabilities``, ``host_network``, ``stage_cache_host_path``) and any other, e.g.
+            ``{"pod_security": "privileged", "stage_cache_host_path": "/mnt/kfp-ddp-cache"}``
+            for a node-local data cache. ``train_overrides`` may not set the node-access ones.
     """
     from kfp import kubernetes
 
@@ -232,6 +262,7 @@ def build_training_pipeline(
     )
 
     _check_build_options(backend, storage, workspace_size)
+    settings = cluster_settings_json(cluster_settings)
     shared = storage == "shared-volume"
     check_op = make_component(check_arguments_step, image=image)
     data_op = make_component(stage_dataset_step if shared else list_dataset_step, image=image)
@@ -280,6 +311,7 @@ def build_training_pipeline(
                 data_digest=data.outputs["digest"],
                 pvc_name=pvc_name,
                 checkpoint_uri=check.outputs["Output"],
+                data_bytes=0 if shared else data.outputs["size_bytes"],
             )
         ).set_display_name("train (TrainJob / PyTorchJob)")
         # A retry re-attaches to its job (and a job that failed for good fails the retry fast).
@@ -392,6 +424,7 @@ def build_training_pipeline(
         # Every parameter, by name (no second list to keep in sync), and the compile-time ones.
         arguments = _parameters(inspect.currentframe(), locals())
         arguments |= {"backend": backend, "workspace_path": workspace_path, "storage": storage}
+        arguments["cluster_settings"] = settings
         cleanup = cleanup_op(
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, namespace=namespace, backend=backend
         ).set_display_name("delete leftover training jobs")

@@ -49,7 +49,9 @@ def training_job_component(
     pvc_name: str = "",
     pvc_mount_path: str = "",
     data_digest: str = "",
+    data_bytes: int = 0,
     overrides_json: str = "",
+    cluster_settings_json: str = "",
     retrain_token: str = "",
     run_id: str = "",
     task_name: str = "train",
@@ -95,8 +97,13 @@ def training_job_component(
         pvc_name: claim mounted into every node; empty for none.
         pvc_mount_path: where that claim is mounted, the same path as in this step.
         data_digest: the data's listing digest (a caching key, kept in the Model's metadata).
+        data_bytes: the data set's size in bytes (sizes each node's staging volume); 0 unknown.
         overrides_json: JSON object of more TrainSpec fields, e.g. {"command": ["python",
-            "my_train.py"], "shm_size": "8Gi"}, and "backend_options" for the backend.
+            "my_train.py"], "shm_size": "8Gi"}, and "backend_options" for the backend; not
+            the node-access fields (see cluster_settings_json).
+        cluster_settings_json: JSON object of the fields that open the node (pod_security,
+            capabilities, host_network, stage_cache_host_path): whoever compiles the pipeline
+            sets them; never wire a UI parameter to it.
         retrain_token: any new value trains from scratch in a fresh output folder.
         run_id: the KFP run id; empty reads it from the output artifact's URI.
         task_name: the task name in the job's labels and default name; give every training

@@ -58,6 +58,9 @@ POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
 QOS_CLASSES = ("burstable", "guaranteed")
 CAPABILITIES = ("IPC_LOCK",)
 """Capabilities a training container may add (explicit opt-in, pod_security=privileged)."""
+NODE_ACCESS_FIELDS = ("pod_security", "capabilities", "host_network", "stage_cache_host_path")
+"""Fields that open the node (a weaker Pod Security level, capabilities, the node's network or
+file system): set by whoever compiles a pipeline or runs the launcher, never by a UI parameter."""
 SYSTEM_PATHS = (
     "/bin",
     "/boot",

@@ -33,6 +33,7 @@ from components.launcher.launcher import run_job
 from components.launcher.options import BackendOptions, options_for
 from components.launcher.result import JobCancelled, JobResult
 from components.launcher.spec import (
+    NODE_ACCESS_FIELDS,
     NODE_OUTPUT,
     STAGED_DATA,
     PvcMount,
@@ -125,8 +126,16 @@ class TrainingStepInputs:
     """Where it is mounted (the same path as in this step)."""
     data_digest: str = ""
     """The data's listing digest (a caching key; Model metadata)."""
+    data_bytes: int = 0
+    """The data set's size in bytes (the data step counts it): sizes each node's staging volume
+    (0: unknown)."""
     overrides_json: str = ""
-    """JSON object of more TrainSpec fields, plus "backend_options" for the backend."""
+    """JSON object of more TrainSpec fields, plus "backend_options" for the backend; never the
+    node-access ones (see cluster_settings_json)."""
+    cluster_settings_json: str = ""
+    """JSON object of the TrainSpec fields that open the node — pod_security, capabilities,
+    host_network, stage_cache_host_path — set by whoever compiles the pipeline (an admin's
+    choice), never a UI parameter."""
     retrain_token: str = ""
     """Any new value trains from scratch in a fresh output folder."""
     run_id: str = ""
@@ -288,10 +297,32 @@ def training_spec(inputs: TrainingStepInputs, *, run_id: str) -> TrainSpec:
         base["stage_data_uri"] = inputs.data_uri
         if re.fullmatch(r"[0-9a-f]{64}", inputs.data_digest):
             base["stage_data_digest"] = inputs.data_digest
+        if inputs.data_bytes:
+            base["stage_data_bytes"] = inputs.data_bytes
     if inputs.pvc_name and inputs.backend == "kubernetes":
         # Locally the processes share this step's filesystem, where the paths already hold.
         base["pvcs"] = [PvcMount(claim=inputs.pvc_name, path=inputs.pvc_mount_path or "/workspace")]
-    return TrainSpec.from_overrides(base, overrides.spec_fields)
+    cluster = cluster_settings(inputs.cluster_settings_json)
+    opened = sorted(set(overrides.spec_fields) & set(NODE_ACCESS_FIELDS))
+    if opened:
+        raise SpecError(
+            f"overrides_json sets {opened}: these open the node (Pod Security level, "
+            "capabilities, the node's network or file system) and are set only by whoever "
+            "compiles the pipeline: cluster_settings_json (build_training_pipeline("
+            "cluster_settings=...), kfp-ddp compile --cluster-settings)"
+        )
+    return TrainSpec.from_overrides(base, cluster | overrides.spec_fields)
+
+
+def cluster_settings(text: str) -> dict[str, Any]:
+    """``cluster_settings_json`` parsed (a JSON object of TrainSpec fields)."""
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError as exc:
+        raise SpecError(f"cluster_settings_json is not JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise SpecError(f"cluster_settings_json={text!r} must be a JSON object")
+    return data
 
 
 def backend_options_for(inputs: TrainingStepInputs) -> BackendOptions:

@@ -100,9 +100,8 @@ def test_render_prints_the_pytorchjob_a_run_would_submit() -> None:
     assert job["metadata"]["namespace"] == "team-a"
     assert job["metadata"]["labels"]["kfp-ddp.io/run-id"] == "3f2b1c4d-0000-4000-8000-000000000001"
     replicas = job["spec"]["pytorchReplicaSpecs"]
-    assert replicas["Master"]["replicas"] == 1
-    assert replicas["Worker"]["replicas"] == 2
-    container = replicas["Master"]["template"]["spec"]["containers"][0]
+    assert {k: v["replicas"] for k, v in replicas.items()} == {"Worker": 3}  # Workers only
+    container = replicas["Worker"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] in (2, "2")
     args = container["args"]
     assert args[args.index("--epochs") + 1] == "4"
@@ -112,7 +111,7 @@ def test_render_prints_the_pytorchjob_a_run_would_submit() -> None:
     output_dir = args[args.index("--output-dir") + 1]
     assert output_dir.startswith("/workspace/train/resnet18-")
     assert output_dir.endswith("/abc123")
-    volumes = {v["name"]: v for v in replicas["Master"]["template"]["spec"]["volumes"]}
+    volumes = {v["name"]: v for v in replicas["Worker"]["template"]["spec"]["volumes"]}
     claims = [
         v["persistentVolumeClaim"]["claimName"]
         for v in volumes.values()
@@ -138,7 +137,7 @@ def test_render_shows_object_store_staging_and_the_checkpoint_mirror() -> None:
     )
     assert result.exit_code == 0, result.output
     job = yaml.safe_load(result.stdout)
-    pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     (init,) = pod["initContainers"]
     assert init["command"][init["command"].index("--source") + 1] == "s3://bucket/datasets/cats"
     assert init["command"][init["command"].index("--expect-digest") + 1] == digest

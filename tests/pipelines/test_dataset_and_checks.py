@@ -105,7 +105,7 @@ def test_the_check_step_takes_exactly_the_pipelines_parameters():
     shared = build_training_pipeline(storage="shared-volume")
     pipeline = inspect.signature(shared.pipeline_func).parameters
     step = inspect.signature(check_arguments_step).parameters
-    assert list(step) == [*pipeline, "backend", "workspace_path", "storage"]
+    assert list(step) == [*pipeline, "backend", "workspace_path", "storage", "cluster_settings"]
     for name, parameter in pipeline.items():
         assert step[name].annotation == parameter.annotation, name
     # The object-store pipeline declares the same parameters but the claim's name.
