@@ -67,6 +67,18 @@ SHARED_VOLUME_ONLY = ("workspace_pvc",)
 """Pipeline parameters the object-store pipeline does not declare."""
 DEFAULT_STORAGE = "object-store"
 """No claim at all: what runs on any cluster (RWO-only storage classes included)."""
+STEP_REQUESTS = {
+    "check": ("100m", "256Mi"),
+    "data": ("500m", "1Gi"),
+    "train": ("250m", "1Gi"),
+    "evaluate": ("2", "4Gi"),
+    "publish": ("500m", "1Gi"),
+    "cleanup": ("100m", "256Mi"),
+}
+"""CPU and memory each step requests (never BestEffort; a namespace's ResourceQuota counts
+them): the check and the cleanup are API calls; the data step lists or syncs the data set; the
+training step follows the job and exports the model; the evaluation scores the model on the
+validation split on its CPUs; publishing uploads the model."""
 DESCRIPTIONS = {
     "object-store": (
         "Train an ImageFolder from S3 with PyTorch DDP as a Kubeflow TrainJob or PyTorchJob "
@@ -287,7 +299,7 @@ def build_training_pipeline(
         def with_s3(task: dsl.PipelineTask) -> dsl.PipelineTask:
             return use_s3_credentials(task, a["credentials_secret"])
 
-        check = check_op(**a).set_display_name("check the arguments")
+        check = requesting(check_op(**a).set_display_name("check the arguments"), "check")
 
         if shared:
             data = data_op(
@@ -300,7 +312,7 @@ def build_training_pipeline(
             data = data_op(data_uri=a["data_uri"], endpoint_url=a["s3_endpoint"])
             data.set_display_name("list the data in S3")
             data_dir = a["data_uri"]
-        data.after(check)
+        requesting(data, "data").after(check)
         data.set_caching_options(False)  # must look at S3 every run; its digest drives caching
         with_s3(on_workspace(data))
 
@@ -314,6 +326,7 @@ def build_training_pipeline(
                 data_bytes=0 if shared else data.outputs["size_bytes"],
             )
         ).set_display_name("train (TrainJob / PyTorchJob)")
+        requesting(train, "train")
         # A retry re-attaches to its job (and a job that failed for good fails the retry fast).
         train.set_retry(num_retries=2, backoff_duration="30s", backoff_factor=2.0)
         on_workspace(train)
@@ -328,7 +341,8 @@ def build_training_pipeline(
             tolerance=a["tolerance"],
             endpoint_url=a["s3_endpoint"],
         ).set_display_name("evaluate")
-        with_s3(on_workspace(evaluation))  # S3 data (object-store), an s3:// baseline
+        # S3 data (object-store), an s3:// baseline
+        with_s3(on_workspace(requesting(evaluation, "evaluate")))
 
         with dsl.If(evaluation.outputs["Output"] == True, name="passed"):  # noqa: E712 (KFP condition)
             publish = publish_op(
@@ -338,6 +352,7 @@ def build_training_pipeline(
                 endpoint_url=a["s3_endpoint"],
                 run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             ).set_display_name("publish the model to S3")
+            requesting(publish, "publish")
             # Never cached: every run publishes to its own prefix (kfp.local would also key its
             # cache on the unresolved run-id placeholder and hand back another run's URI).
             publish.set_caching_options(False)
@@ -428,7 +443,7 @@ def build_training_pipeline(
         cleanup = cleanup_op(
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, namespace=namespace, backend=backend
         ).set_display_name("delete leftover training jobs")
-        cleanup.set_caching_options(False)
+        requesting(cleanup, "cleanup").set_caching_options(False)
         if workspace_size is None:
             with dsl.ExitHandler(cleanup, name="train-evaluate-publish"):
                 steps(arguments, pvc_name=workspace_pvc)
@@ -456,6 +471,12 @@ def build_training_pipeline(
 
     declared = training_pipeline if shared else _without(training_pipeline, SHARED_VOLUME_ONLY)
     return dsl.pipeline(name=PIPELINE_NAME, description=DESCRIPTIONS[storage])(declared)
+
+
+def requesting(task: "dsl.PipelineTask", step: str) -> "dsl.PipelineTask":
+    """``task`` with the CPU and memory requests of ``step`` (``STEP_REQUESTS``)."""
+    cpu, memory = STEP_REQUESTS[step]
+    return task.set_cpu_request(cpu).set_memory_request(memory)
 
 
 def _without(pipeline_func: Callable[..., None], names: tuple[str, ...]) -> Callable[..., None]:
