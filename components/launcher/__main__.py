@@ -118,12 +118,30 @@ def run(
 @cli.command()
 @click.option("--namespace", default="kubeflow", show_default=True)
 @click.option("--service-account", default="pipeline-runner", show_default=True)
-def rbac(namespace: str, service_account: str) -> None:
+@click.option(
+    "--servicemonitor",
+    is_flag=True,
+    help="Also grant what metrics_monitor=servicemonitor creates: a Service and a ServiceMonitor.",
+)
+@click.option(
+    "--cluster-runtime-reader",
+    is_flag=True,
+    help="Also a ClusterRole + ClusterRoleBinding to read ClusterTrainingRuntimes (an admin "
+    "applies it): pre-flight then refuses a TrainJob whose runtime does not exist.",
+)
+def rbac(
+    namespace: str, service_account: str, servicemonitor: bool, cluster_runtime_reader: bool
+) -> None:
     """Print the Role + RoleBinding for NAMESPACE and SERVICE_ACCOUNT (pipe into kubectl apply)."""
     from components.launcher.rbac import render_rbac
 
     try:
-        text = render_rbac(namespace=namespace, service_account=service_account)
+        text = render_rbac(
+            namespace=namespace,
+            service_account=service_account,
+            servicemonitor=servicemonitor,
+            cluster_runtime_reader=cluster_runtime_reader,
+        )
     except SpecError as exc:
         raise click.UsageError(str(exc)) from exc
     click.echo(text, nl=False)

@@ -98,6 +98,32 @@ def install_namespaced_runtime(ns: Namespace, name: str) -> None:
     ns.cluster.plane.apply([runtime])
 
 
+def servicemonitor_account(ns: Namespace) -> Any:
+    """A second account, bound to the Role rendered with ``--servicemonitor``."""
+    from components.launcher.rbac import rbac_documents
+
+    documents = rbac_documents(
+        namespace=ns.name, service_account=MONITOR_ACCOUNT, servicemonitor=True
+    )
+    return ns.launcher_configuration(
+        service_account=MONITOR_ACCOUNT, documents=renamed(documents, MONITOR_ACCOUNT)
+    )
+
+
+def renamed(documents: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
+    """The Role and RoleBinding under names of their own (beside the default ones)."""
+    documents = copy.deepcopy(documents)
+    for document in documents:
+        if document["kind"] in ("Role", "RoleBinding"):
+            document["metadata"]["name"] += f"-{suffix}"
+        if document["kind"] == "RoleBinding":
+            document["roleRef"]["name"] += f"-{suffix}"
+    return documents
+
+
+MONITOR_ACCOUNT = "monitor-runner"
+
+
 def role_without(namespace: str, *denied: tuple[str, str]) -> list[dict[str, Any]]:
     """The rendered Role and RoleBinding, minus (verb, resource) pairs."""
     from components.launcher.rbac import rbac_documents
@@ -110,16 +136,16 @@ def role_without(namespace: str, *denied: tuple[str, str]) -> list[dict[str, Any
     return [role, binding]
 
 
-def launcher_requests(ns: Namespace) -> list[dict[str, Any]]:
+def launcher_requests(ns: Namespace, account: str = SERVICE_ACCOUNT) -> list[dict[str, Any]]:
     """What the launcher's ServiceAccount asked the API server, from its audit log."""
-    user = f"system:serviceaccount:{ns.name}:{SERVICE_ACCOUNT}"
+    user = f"system:serviceaccount:{ns.name}:{account}"
     return ns.cluster.plane.audit_events(user=user)
 
 
-def calls(ns: Namespace) -> set[tuple[str, str, str]]:
+def calls(ns: Namespace, account: str = SERVICE_ACCOUNT) -> set[tuple[str, str, str]]:
     """(API group, resource[/subresource], verb) of every request the launcher made."""
     found = set()
-    for event in launcher_requests(ns):
+    for event in launcher_requests(ns, account):
         ref = event.get("objectRef") or {}
         if not ref.get("resource"):
             continue  # discovery (/apis/...): open to every authenticated user
@@ -128,10 +154,12 @@ def calls(ns: Namespace) -> set[tuple[str, str, str]]:
     return found
 
 
-def created(ns: Namespace) -> list[dict[str, Any]]:
+def created(ns: Namespace, account: str = SERVICE_ACCOUNT) -> list[dict[str, Any]]:
     """The objects the launcher created, in order, as the API server decoded them (schema
     defaults applied), from its audit log."""
-    events = [e for e in launcher_requests(ns) if e["verb"] == "create" and "requestObject" in e]
+    events = [
+        e for e in launcher_requests(ns, account) if e["verb"] == "create" and "requestObject" in e
+    ]
     ok = [e for e in events if 200 <= e.get("responseStatus", {}).get("code", 0) < 300]
     return [e["requestObject"] for e in sorted(ok, key=lambda e: e["requestReceivedTimestamp"])]
 

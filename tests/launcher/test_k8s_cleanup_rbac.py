@@ -9,19 +9,21 @@ import time
 import pytest
 import yaml
 
-from components.launcher import JobFailed, KubernetesOptions
+from components.launcher import JobFailed, KubernetesOptions, PreflightError
 from components.launcher.backends.kubernetes import delete_run_jobs, granted_permissions
 from components.launcher.rbac import RBAC_FILE, rbac_documents, render_rbac
 from components.launcher.step import cleanup_step
 from tests.cluster.play import JobPods
 from tests.launcher.k8s_helpers import (
     ALL_APIS,
+    MONITOR_ACCOUNT,
     calls,
     create_directly,
     install_namespaced_runtime,
     jobs,
     role_without,
     run,
+    servicemonitor_account,
     spec,
     succeed,
 )
@@ -108,6 +110,16 @@ def test_rbac_yaml_is_the_rendering_of_the_permissions():
     assert RBAC_FILE.read_text() == render_rbac()
     assert [d["kind"] for d in docs] == ["Role", "RoleBinding"]
     assert rbac_rules(docs) == granted_permissions()
+    # Least privilege: no Services (LoadBalancers!) unless the ServiceMonitor mode is chosen.
+    assert not any(resource == "services" for _, resource, _ in granted_permissions())
+    monitor = rbac_rules(rbac_documents(servicemonitor=True))
+    assert monitor - rbac_rules(docs) == {
+        ("", "services", "create"),
+        ("monitoring.coreos.com", "servicemonitors", "create"),
+    }
+    text = render_rbac(namespace="team-a", service_account="default-editor")
+    assert "NAMESPACE: team-a" in text and "SERVICE ACCOUNT: default-editor" in text
+    assert "NAMESPACE: kubeflow" not in text
     role, binding = rbac_documents(namespace="team-a", service_account="runner")
     assert role["metadata"]["namespace"] == "team-a" == binding["metadata"]["namespace"]
     assert binding["subjects"] == [
@@ -130,6 +142,24 @@ def failing(job: JobPods) -> None:
     job.sleep(60)
 
 
+def test_the_optional_cluster_runtime_reader_lets_preflight_find_a_missing_runtime(k8s):
+    documents = rbac_documents(
+        namespace=k8s.name, service_account="reader", cluster_runtime_reader=True
+    )
+    assert [d["kind"] for d in documents][2:] == ["ClusterRole", "ClusterRoleBinding"]
+    configuration = k8s.launcher_configuration(service_account="reader", documents=documents)
+    with pytest.raises(PreflightError, match="ClusterTrainingRuntime 'nope' does not exist"):
+        run(k8s, spec(k8s, "trainjob", runtime_name="nope"), configuration=configuration)
+
+
+def test_without_servicemonitor_mode_no_service_can_be_created_and_training_goes_on(k8s):
+    lines: list[str] = []
+    s = spec(k8s, "trainjob", metrics_port=9400, metrics_monitor="servicemonitor")
+    assert run(k8s, s, lines, succeed(lines=1)).phase == "Succeeded"
+    assert any("Service" in x and "not created" in x and "forbidden" in x for x in lines), lines
+    assert ("", "services", "create") in calls(k8s)  # asked, and refused by the real RBAC
+
+
 def test_the_backend_calls_exactly_what_rbac_grants(k8s):
     """Success, failure, re-attach, a namespaced runtime, cleanup and the monitoring objects of
     metrics_port, with every API, run as the rendered Role's ServiceAccount: every call is
@@ -146,14 +176,18 @@ def test_the_backend_calls_exactly_what_rbac_grants(k8s):
     install_namespaced_runtime(k8s, "mine")
     s = spec(k8s, "trainjob", name="mine", runtime_kind="TrainingRuntime", runtime_name="mine")
     run(k8s, s, None, succeed(lines=1))
-    for monitor in ("podmonitor", "servicemonitor"):  # metrics_port: the monitoring objects
-        s = spec(k8s, "pytorchjob", name=monitor, metrics_port=9400, metrics_monitor=monitor)
-        lines: list[str] = []
-        run(k8s, s, lines, succeed(lines=1))
-        assert not any("not created" in x for x in lines), lines
+    lines: list[str] = []  # metrics_port: the monitoring objects
+    s = spec(k8s, "pytorchjob", name="podmonitor", metrics_port=9400)
+    run(k8s, s, lines, succeed(lines=1))
+    # The ServiceMonitor mode, as an account bound to the Role rendered for it.
+    s = spec(k8s, "pytorchjob", name="svcmon", metrics_port=9400, metrics_monitor="servicemonitor")
+    run(k8s, s, lines, succeed(lines=1), configuration=servicemonitor_account(k8s))
+    assert not any("not created" in x for x in lines), lines
     optional = {
         ("", "namespaces", "get"),  # a 403 falls back to the permission check
         ("trainer.kubeflow.org", "clustertrainingruntimes", "get"),  # a 403 is only noted
         ("authorization.k8s.io", "selfsubjectaccessreviews", "create"),  # every user may
     }
     assert calls(k8s) - optional == granted_permissions()
+    monitor_only = calls(k8s, MONITOR_ACCOUNT) - optional - granted_permissions()
+    assert monitor_only == granted_permissions(servicemonitor=True) - granted_permissions()

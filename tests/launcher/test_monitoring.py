@@ -22,7 +22,17 @@ from components.launcher.monitoring import (
 )
 from tests.cluster.play import JobPods
 from tests.crds import require_crd, schema_errors
-from tests.launcher.k8s_helpers import ALL_APIS, APIS, created, role_without, run, spec, succeed
+from tests.launcher.k8s_helpers import (
+    ALL_APIS,
+    APIS,
+    MONITOR_ACCOUNT,
+    created,
+    role_without,
+    run,
+    servicemonitor_account,
+    spec,
+    succeed,
+)
 
 REPLICAS = {"pytorchjob": "pytorchReplicaSpecs", "tfjob": "tfReplicaSpecs"}
 
@@ -225,13 +235,16 @@ def test_the_backend_creates_them_owned_by_the_job_and_they_go_with_it(k8s, api)
 
 
 def test_servicemonitor_alternative_creates_a_service_too(k8s):
+    """As an account bound to the Role rendered with --servicemonitor (the default Role grants
+    no Services)."""
     run(
         k8s,
         spec(k8s, "trainjob", metrics_port=9400, metrics_monitor="servicemonitor"),
         None,
         succeed(lines=1),
+        configuration=servicemonitor_account(k8s),
     )
-    kinds = [m["kind"] for m in created(k8s)]
+    kinds = [m["kind"] for m in created(k8s, MONITOR_ACCOUNT)]
     assert kinds == ["TrainJob", "Service", "ServiceMonitor", "PrometheusRule"]
     wait_until_collected(k8s)
 

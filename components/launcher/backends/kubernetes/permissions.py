@@ -17,13 +17,18 @@ POD_PERMISSIONS: tuple[Permission, ...] = (
 )
 MONITORING_PERMISSIONS: tuple[Permission, ...] = (
     ("monitoring.coreos.com", "podmonitors", "create"),
-    ("monitoring.coreos.com", "servicemonitors", "create"),
     ("monitoring.coreos.com", "prometheusrules", "create"),
+)
+"""With metrics_port: the job's PodMonitor and PrometheusRule, owned by the job (the garbage
+collector deletes them with it, so no delete verb). Optional: a refusal is noted and the job
+trains on, so pre-flight does not require them."""
+SERVICEMONITOR_PERMISSIONS: tuple[Permission, ...] = (
+    ("monitoring.coreos.com", "servicemonitors", "create"),
     ("", "services", "create"),
 )
-"""With metrics_port: the job's PodMonitor (or Service + ServiceMonitor) and PrometheusRule,
-owned by the job (the garbage collector deletes them with it, so no delete verb). Optional: a
-refusal is noted and the job trains on, so pre-flight does not require them."""
+"""Only with metrics_monitor=servicemonitor: a headless Service and a ServiceMonitor instead of
+the PodMonitor. Creating Services is not granted otherwise (the pipeline's account could make
+LoadBalancers with it)."""
 RUNTIME_PERMISSION: Permission = ("trainer.kubeflow.org", "trainingruntimes", "get")
 """Pre-flight reads a namespaced TrainingRuntime (a ClusterTrainingRuntime is cluster-scoped: it
 is read when allowed and skipped with a note when not, since a Role cannot grant it)."""
@@ -41,10 +46,12 @@ def required_permissions(
     return job_permissions(api) + POD_PERMISSIONS + extra
 
 
-def granted_permissions() -> set[Permission]:
+def granted_permissions(*, servicemonitor: bool = False) -> set[Permission]:
     """Everything the launcher's Role grants: every job API, pods, logs, events, runtimes, the
-    monitoring objects."""
+    monitoring objects (``servicemonitor``: the Service + ServiceMonitor mode's too)."""
     granted = set(POD_PERMISSIONS) | {RUNTIME_PERMISSION} | set(MONITORING_PERMISSIONS)
+    if servicemonitor:
+        granted |= set(SERVICEMONITOR_PERMISSIONS)
     for api in JOB_APIS.values():
         granted |= set(job_permissions(api))
     return granted
