@@ -348,8 +348,8 @@ class LocalS3Server:
         if problem:
             return problem
         log = self._log_bytes(tail=1 << 20)
-        if b"no space left on device" in log:
-            free = _disk_space(self._data_dir).free_mb if self._data_dir else 0.0
+        if b"no space left on device" in log and self._data_dir is not None:
+            free = _disk_space(self._data_dir).free_mb
             return (
                 f"the disk of the data dir {self._data_dir} is full ({free:.1f} MiB free, "
                 "SeaweedFS said 'no space left on device'); free some space or pass data_dir= "
@@ -368,7 +368,10 @@ class LocalS3Server:
         """A sentence if the data dir's disk lacks SeaweedFS's floor plus ``need_mb``."""
         if self._data_dir is None:
             return None
-        space = _disk_space(self._data_dir)
+        try:
+            space = _disk_space(self._data_dir)
+        except OSError:  # stopped: the temp data dir is gone
+            return None
         floor_mb = space.total_mb * WEED_MIN_FREE_PERCENT / 100
         if space.free_mb >= floor_mb + need_mb:
             return None
