@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.launcher import pytorchjob, tfjob, trainjob
+from components.launcher.names import PERMANENT_FAILURE
 from components.launcher.spec import TrainSpec
 
 
@@ -51,6 +52,8 @@ class JobApi:
     """How to install the controller that serves the API."""
     build: Callable[[TrainSpec], dict[str, Any]]
     """The pure manifest builder."""
+    suspend_patch: dict[str, Any]
+    """The merge patch that suspends a job: its controller deletes its pods, the job stays."""
 
     @property
     def group_version(self) -> str:
@@ -78,7 +81,14 @@ class JobApi:
 
     def suspended(self, job: dict[str, Any]) -> bool:
         """Whether the job waits suspended (e.g. for Kueue admission)."""
-        return bool((job.get("spec") or {}).get("suspend"))
+        spec = job.get("spec") or {}
+        return bool(spec.get("suspend") or (spec.get("runPolicy") or {}).get("suspend"))
+
+    @staticmethod
+    def permanent_failure(job: dict[str, Any] | None) -> str | None:
+        """Why the job failed for good, as a launcher recorded it (None: no such record)."""
+        annotations = ((job or {}).get("metadata") or {}).get("annotations") or {}
+        return annotations.get(PERMANENT_FAILURE)
 
 
 def training_operator_api(
@@ -98,6 +108,7 @@ def training_operator_api(
             "training.kubeflow.org/replica-index",
         ),
         succeeded_condition="Succeeded",
+        suspend_patch={"spec": {"runPolicy": {"suspend": True}}},
         install=(
             "install the Kubeflow Training Operator v1 (kubectl apply --server-side -k "
             '"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.0")'
@@ -124,6 +135,7 @@ TRAINJOB = JobApi(
         "batch.kubernetes.io/job-completion-index",
     ),
     succeeded_condition="Complete",
+    suspend_patch={"spec": {"suspend": True}},
     install=(
         "install Kubeflow Trainer v2 with its runtimes (kubectl apply --server-side -k "
         '"github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=v2.3.0" then -k '

@@ -16,6 +16,9 @@ TASK_LABEL = "kfp-ddp.io/task"
 """Label on every job and its pods: the KFP task name that launched it."""
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 ISTIO_INJECT = "sidecar.istio.io/inject"
+PERMANENT_FAILURE = "kfp-ddp.io/permanent-failure"
+"""Annotation on a job that failed for good (a program exit 1-127): why. A retried step finds
+it and fails at once instead of allocating the GPUs again."""
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

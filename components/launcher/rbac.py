@@ -45,7 +45,7 @@ def _rules(servicemonitor: bool) -> list[dict[str, Any]]:
     grouped: dict[tuple[str, str], list[str]] = {}
     for group, resource, verb in sorted(granted_permissions(servicemonitor=servicemonitor)):
         grouped.setdefault((group, resource), []).append(verb)
-    order = ("create", "get", "list", "watch", "delete")
+    order = ("create", "get", "list", "watch", "patch", "delete")
     return [
         {
             "apiGroups": [group],

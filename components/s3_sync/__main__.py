@@ -165,5 +165,8 @@ def _exit_now(code: int) -> None:
 
 
 if __name__ == "__main__":
+    from components.s3_sync.connection import use_process_event_loops
+
     _tune_gc()
+    use_process_event_loops()  # this process syncs once and exits (not so main() in a test)
     _exit_now(main())

@@ -33,8 +33,9 @@ def keep_thread_state() -> None:
     Python did not start, CPython then creates a thread state (with a 16 KiB frame stack: an
     mmap, and a munmap that interrupts the other CPUs to flush their TLBs) and deletes it again
     every time. That was ~15% of a small-file download's CPU. One Ensure more, never released,
-    keeps the state alive (pybind11's ``gil_scoped_acquire::inc_ref`` does the same); the
-    threads are the process's shared event loops (``connection._crt_bootstrap``), and CPython
+    keeps the state alive (pybind11's ``gil_scoped_acquire::inc_ref`` does the same). Only on
+    the event loops of a process that declared them its own
+    (``connection.use_process_event_loops``): they live as long as the process, and CPython
     deletes the states at exit. Elsewhere than CPython this does nothing."""
     if getattr(_THIS_THREAD, "kept", False):
         return
@@ -60,6 +61,7 @@ class CrtEngine:
 
         self.conn = conn
         self.client = conn.crt()
+        self.keep_thread_states = conn.process_event_loops
         self._lock = threading.Lock()
         self._inflight: dict[object, Any] = {}  # request task -> its S3Request (until done)
         self._get_checksums = S3ChecksumConfig(validate_response=True)
@@ -201,7 +203,8 @@ class _Download(_Request):
         """The CRT's on_body (a transfer thread). No bound method of ``self`` is stored on
         ``self``: a task is no reference cycle and goes as soon as it is done, not at the next
         garbage collection."""
-        keep_thread_state()
+        if self.engine.keep_thread_states:
+            keep_thread_state()
         if self.stream is not None:
             self.stream.write(chunk, offset)
         else:
@@ -209,7 +212,8 @@ class _Download(_Request):
 
     def on_done(self, *, error=None, **_) -> None:
         """The CRT's on_done (a transfer thread)."""
-        keep_thread_state()
+        if self.engine.keep_thread_states:
+            keep_thread_state()
         self.engine._untrack(self)
         if self.stream is not None:
             error = self.stream.close(error)
@@ -233,7 +237,8 @@ class _Upload(_Request):
 
     def on_done(self, crt_future) -> None:
         """The finished future's callback (a transfer thread)."""
-        keep_thread_state()
+        if self.engine.keep_thread_states:
+            keep_thread_state()
         self.engine._untrack(self)
         exc = crt_future.exception()
         if exc is not None:

@@ -314,7 +314,9 @@ def test_a_permanent_exit_code_stops_a_job_that_would_restart_it(k8s, api, polic
     message = str(err.value)
     assert "exited with permanent code 2" in message and "not retried" in message
     assert "--lr -1.0 must be a positive number" in message
-    wait_gone(k8s, api)  # it would only restart on every GPU again
+    # It would only restart on every GPU again: suspended (pods gone), kept with the reason.
+    (job,) = jobs(k8s, api)
+    assert job_api(api).suspended(job) and job_api(api).permanent_failure(job)
 
 
 def test_a_pytorchjob_with_exitcode_is_failed_by_the_operator(k8s):

@@ -40,6 +40,7 @@ times (a Kubernetes Job's default backoffLimit).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -53,6 +54,7 @@ from pathlib import Path
 
 from components.launcher.backends.common import ReplicaLogs, sigterm_event
 from components.launcher.backends.tf_config import tf_config_env, tf_tasks
+from components.launcher.names import label_safe
 from components.launcher.options import LocalOptions
 from components.launcher.result import (
     JobCancelled,
@@ -63,6 +65,7 @@ from components.launcher.result import (
 )
 from components.launcher.spec import STAGE_ROOT, TrainSpec
 from components.launcher.training_operator import default_restart_policy
+from kfp_ddp.atomic_files import write_atomic
 
 DEFAULT_BACKOFF_LIMIT = 6  # Kubernetes' own default (a Job's backoffLimit) when none is set.
 PYTORCHJOB_BACKOFF_LIMIT = 3  # the v1 builders' default (PyTorchJob, TFJob)
@@ -235,12 +238,26 @@ class LocalRun:
             return [python, *command[1:]]
         return command
 
+    @property
+    def nodes_dir(self) -> Path:
+        """Where the nodes' own disks are (and the records of failed jobs)."""
+        return Path(
+            self.options.nodes_dir or os.environ.get(NODES_DIR_ENV) or self.workdir / "nodes"
+        )
+
+    @property
+    def failure_record(self) -> Path | None:
+        """Where a job of a pipeline run (``run_id``) that failed for good records why: a
+        retried step reads it and fails at once, as on a cluster (None without a run id)."""
+        if not self.spec.run_id:
+            return None
+        return self.nodes_dir / "failed" / f"{label_safe(self.spec.run_id)}-{self.spec.name}.json"
+
     def node_paths(self, replica: str) -> PathMapper:
         """The path map of one node: the shared ones, plus its own staging disk."""
         if not self.spec.stage_data_uri:
             return self.paths
-        nodes = self.options.nodes_dir or os.environ.get(NODES_DIR_ENV) or self.workdir / "nodes"
-        root = self.spec.stage_cache_host_path or str(Path(nodes) / replica / "stage")
+        root = self.spec.stage_cache_host_path or str(self.nodes_dir / replica / "stage")
         Path(root).mkdir(parents=True, exist_ok=True)
         return self.paths.with_mount(STAGE_ROOT, root)
 
@@ -452,14 +469,32 @@ class LocalRun:
         reason = f"replica {name} exited with code {code} ({why})"
         tail = "\n".join(f"  [{name}] {line}" for line in self.logs.replica_tail(name))
         result = self._result("Failed", run.start, run.restarts, reason)
+        record = self.failure_record
+        if record is not None and not rule.retryable(code):
+            write_atomic(record, lambda out: out.write(json.dumps({"reason": reason}).encode()))
         return JobFailed(
             f"local job {self.spec.name} failed: {reason}. Last log lines:\n{tail}", result
+        )
+
+    def _earlier_failure(self) -> JobFailed | None:
+        """The failure an earlier attempt of this step recorded (it failed for good)."""
+        record = self.failure_record
+        if record is None or not record.is_file():
+            return None
+        reason = json.loads(record.read_text()).get("reason", "?")
+        return JobFailed(
+            f"local job {self.spec.name}: an earlier attempt of this step failed for good "
+            f"({reason}); not retried, nothing started (delete {record} to run it again)",
+            self._result("Failed", time.monotonic(), 0, reason),
         )
 
     def run(self) -> JobResult:
         start = time.monotonic()
         deadline, knob = self._deadline(start)
         run = _RunClock(start=start, deadline=deadline, deadline_knob=knob)
+        earlier = self._earlier_failure()
+        if earlier is not None:
+            raise earlier
         self.logs.note(f"local {self.api} contract, {self.spec.workers} node(s)")
         with sigterm_event(self.options.handle_sigterm) as cancelled:
             while True:

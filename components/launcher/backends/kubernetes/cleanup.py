@@ -36,7 +36,7 @@ def delete_run_jobs(
             continue
         for item in _run_jobs(clients, api, namespace, run_id, note):
             name = item["metadata"]["name"]
-            if api.phase(item).phase == "Failed":
+            if api.phase(item).phase == "Failed" or api.permanent_failure(item):
                 note(
                     f"kept failed {api.kind} {namespace}/{name} for inspection (kubectl delete "
                     f"{api.kind.lower()} -n {namespace} {name})"

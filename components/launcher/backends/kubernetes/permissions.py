@@ -8,7 +8,8 @@ from components.launcher.apis import JOB_APIS, JobApi
 Permission = tuple[str, str, str]
 """(API group, resource[/subresource], verb)."""
 
-JOB_VERBS = ("create", "get", "list", "watch", "delete")
+JOB_VERBS = ("create", "get", "list", "watch", "patch", "delete")
+"""patch: a job that failed for good is suspended and annotated with why (a retry reads it)."""
 POD_PERMISSIONS: tuple[Permission, ...] = (
     ("", "pods", "list"),
     ("", "pods", "watch"),

@@ -125,6 +125,8 @@ class _Follow:
         with sigterm_event(self.options.handle_sigterm) as cancelled:
             try:
                 self.reattached = self.job.create()
+                if self.reattached:
+                    self._previous_attempt()
                 create_monitors(
                     self.run_.clients, self.spec, self.api, self.job.created, self.logs.note
                 )
@@ -138,6 +140,31 @@ class _Follow:
                 ) from None
             finally:
                 self.follower.stop.set()
+
+    def _previous_attempt(self) -> None:
+        """A retried step found the job of an earlier attempt. Failed for good (recorded, or a
+        program exit 1-127): fail now, naming why, allocating nothing. Failed for a retryable
+        reason (preemption, node loss, signals): create it again. Otherwise: follow it."""
+        job = self.job.created or {}
+        recorded = self.api.permanent_failure(job)
+        if recorded is None and self.api.phase(job).phase == "Failed":
+            worst = self.diagnosis.worst_pod(self.follower)
+            code = worst[1].exit_code if worst else None
+            if code is not None and 0 < code < 128:
+                recorded = f"pod {worst[0].metadata.name} exited with permanent code {code}"
+                self.job.record_failure(recorded, suspend=False)
+            else:
+                self.job.recreate(
+                    f"an earlier attempt's job failed ({self.api.phase(job).message})"
+                )
+                self.reattached = False
+                return
+        if recorded is not None:
+            raise JobFailed(
+                f"{self.job.title}: an earlier attempt of this step failed for good ({recorded}); "
+                f"not retried, nothing allocated. {self.job.kept_note()}",
+                self._result("Failed", recorded),
+            )
 
     def _loop(self, cancelled: threading.Event) -> JobResult:
         while True:
@@ -186,9 +213,10 @@ class _Follow:
     def _check_permanent_exit(self) -> None:
         """A node whose program exited 1-127 (bad config, bad data) failed for good: stop now.
 
-        A PyTorchJob with the ExitCode policy stops by itself; a TrainJob's Jobs (and a
-        PyTorchJob with OnFailure/Always) would restart it on every GPU again and again, so the
-        job is deleted after its reason and log tail were read.
+        A PyTorchJob with the ExitCode policy stops by itself; a TrainJob's Jobs (and a v1 job
+        with OnFailure/Always) would restart it on every GPU again and again, so once its reason
+        and log tail are read the job is suspended (its pods deleted) and kept, with the reason
+        recorded: a retry of the step fails at once instead of allocating the GPUs again.
         """
         found = self.diagnosis.permanent_exit(self.follower)
         if found is None:
@@ -207,8 +235,10 @@ class _Follow:
             f"({reason}); not retried"
         )
         self.follower.stop.set()
-        self.job.delete(f"permanent exit code {problem.exit_code}: not restarting it")
-        raise JobFailed(f"{message}{details}", self._result("Failed", message))
+        self.job.record_failure(f"{reason}; permanent exit code {problem.exit_code}", suspend=True)
+        raise JobFailed(
+            f"{message}{details}\n{self.job.kept_note()}", self._result("Failed", message)
+        )
 
     def _succeeded(self) -> JobResult:
         time.sleep(min(1.0, self.options.poll_interval_s))  # let log streams drain
@@ -222,6 +252,10 @@ class _Follow:
         time.sleep(min(1.0, self.options.poll_interval_s))
         reason, details = self.diagnosis.failure(self.follower)
         message = self.phase.message
+        worst = self.diagnosis.worst_pod(self.follower)
+        code = worst[1].exit_code if worst else None
+        if code is not None and 0 < code < 128 and self.options.cleanup != "always":
+            self.job.record_failure(f"{reason}; permanent exit code {code}", suspend=False)
         result = self._result("Failed", f"{message}; {reason}".strip("; "))
         self.follower.stop.set()
         if self.options.cleanup == "always":

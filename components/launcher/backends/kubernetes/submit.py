@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
 from components.launcher.apis import JobApi
 from components.launcher.backends.kubernetes.clients import Clients
-from components.launcher.names import RUN_ID_LABEL, TASK_LABEL
+from components.launcher.names import PERMANENT_FAILURE, RUN_ID_LABEL, TASK_LABEL
 from components.launcher.result import JobExists, JobFailed, PreflightError
 from components.launcher.spec import TrainSpec
 
@@ -113,6 +114,38 @@ class JobHandle:
         """Delete the job and (in the background) its pods; a job already gone is fine."""
         delete_job(self.clients, self.api, self.spec.namespace, self.spec.name, why, self.note)
 
+    def record_failure(self, reason: str, *, suspend: bool) -> None:
+        """Annotate the job with why it failed for good (a retried step reads it and fails at
+        once); ``suspend``: also suspend it, so its controller deletes its pods (the GPUs are
+        free) but the job stays, as evidence and as the record."""
+        api, spec = self.api, self.spec
+        patch: dict[str, Any] = {"metadata": {"annotations": {PERMANENT_FAILURE: reason[:4000]}}}
+        if suspend:
+            patch = _merged(patch, api.suspend_patch)
+        try:
+            self.clients.custom.patch_namespaced_custom_object(
+                api.group, api.version, spec.namespace, api.plural, spec.name, patch
+            )
+        except Exception as exc:  # noqa: BLE001 - the record is best effort: delete instead
+            self.note(f"could not record the failure on {self.title} ({exc}); deleting it")
+            if suspend:
+                self.delete("failed for good; the record could not be written")
+            return
+        what = "suspended (its pods deleted) and kept" if suspend else "kept"
+        self.note(f"{self.title} failed for good: {what}, with the reason recorded")
+
+    def recreate(self, why: str, *, timeout_s: float = 120.0) -> None:
+        """Delete the job, wait until it is gone, create it again (a retryable failure)."""
+        self.note(f"{self.title}: {why}; deleting it and creating it again")
+        self.delete(why)
+        deadline = time.monotonic() + timeout_s
+        while self.get() is not None:
+            if time.monotonic() > deadline:
+                raise JobFailed(f"{self.title} was not deleted within {timeout_s:g} s")
+            time.sleep(0.5)
+        if self.create():
+            raise JobFailed(f"{self.title} appeared again while it was being recreated")
+
 
 def delete_job(
     clients: Clients, api: JobApi, namespace: str, name: str, why: str, note: Callable[[str], None]
@@ -156,6 +189,14 @@ def admission_refusal(exc: Any) -> str | None:
     if exc.status == 422 or "admission webhook" in message or "denied the request" in message:
         return message
     return None
+
+
+def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two merge patches as one."""
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = _merged(out[key], value) if isinstance(out.get(key), dict) else value
+    return out
 
 
 def _reason(exc: Any) -> str:
