@@ -299,22 +299,13 @@ def api_errors(action: str, host: str) -> Iterator[None]:
 
 
 def kfp_cron(expression: str) -> str:
-    """KFP's scheduler (robfig/cron v1 ``cron.Parse``) wants a seconds field first.
+    """``--cron`` as KFP's scheduler (robfig/cron v1 ``cron.Parse``) reads it: a seconds field
+    first for five crontab fields (``0 2 * * *`` stays 02:00 daily), every field checked
+    (``pipelines.cron``); a bad one is refused naming --cron, the field and what to write."""
+    from pipelines.cron import CronError
+    from pipelines.cron import kfp_cron as checked
 
-    A standard five-field expression such as ``0 2 * * *`` would be read there as "second 0 of
-    minute 2 of every hour"; prepend ``0`` so it means what crontab means. Six-field expressions
-    and ``@daily``-style descriptors pass through.
-    """
-    expression = " ".join(expression.split())
-    if expression.startswith("@"):
-        return expression
-    fields = expression.split(" ")
-    if len(fields) == 5:
-        return "0 " + expression
-    if len(fields) == 6:
-        return expression
-    raise click.BadParameter(
-        f"{expression!r} has {len(fields)} fields; use five (crontab: 'min hour dom month dow', "
-        "e.g. '0 2 * * *') or six with seconds first (e.g. '0 0 2 * * *')",
-        param_hint="'--cron'",
-    )
+    try:
+        return checked(expression)
+    except CronError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--cron'") from None
