@@ -9,7 +9,8 @@ check and what the pipeline reports).
    and a typo in ``data_uri`` lands in a new, empty mirror (the sync then refuses the empty source
    instead of deleting anything). Runs of the same source take turns (a lock file).
 2. The mirror must be an ImageFolder with a ``train/`` and a ``val/`` split, each holding class
-   folders of images, the ``val/`` classes among ``train/``'s — checked now, not after training.
+   folders of images, the ``val/`` classes among ``train/``'s, at least two training classes —
+   checked now, not after training (an error names ``data_uri`` and counts each split).
 3. The mirror is frozen as ``<workspace>/data/<source key>/<digest>/`` with hard links (no bytes
    copied). The sync never writes into an existing file (it renames new ones into place), so a
    frozen folder stays exactly what was synced while a later run refreshes the mirror: a run
@@ -31,12 +32,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.parameter_errors import ParameterError
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
 SPLITS = ("train", "val")
 
 
-class DatasetLayoutError(ValueError):
-    """The synced folder is not an ImageFolder with train/ and val/ splits."""
+MIN_CLASSES = 2
+"""A classifier needs at least two classes in train/ (one class trains nothing)."""
+
+
+class DatasetLayoutError(ParameterError):
+    """The data set is not an ImageFolder with train/ and val/ splits of at least two classes;
+    it names ``data_uri`` (``field``), the parameter that points at it."""
+
+    def __init__(self, data_uri: str, fix: str):
+        super().__init__("data_uri", data_uri, fix)
 
 
 @dataclass(frozen=True)
@@ -228,31 +239,57 @@ class Layout:
 
     def check(self, data_uri: str) -> int:
         """Raise DatasetLayoutError unless there are train/ and val/ class folders of images, the
-        val/ classes among train/'s; returns the number of training classes."""
+        val/ classes among train/'s and at least two training classes; returns the number of
+        training classes."""
+        root = data_uri.rstrip("/")
         for split in SPLITS:
             if split not in self.splits:
                 raise DatasetLayoutError(
-                    f"data_uri={data_uri!r} has no {split}/ folder (it has "
-                    f"{self.top or 'nothing'}): the pipeline needs "
-                    f"{data_uri.rstrip('/')}/train/<class>/* and "
-                    f"{data_uri.rstrip('/')}/val/<class>/* (val/ is what the evaluation gate "
-                    "scores)"
+                    data_uri,
+                    f"has no {split}/ folder (it has {self.top or 'nothing'}): the pipeline "
+                    f"needs {root}/train/<class>/* and {root}/val/<class>/* (val/ is what the "
+                    "evaluation gate scores)",
                 )
+        for split in SPLITS:
             classes = self.splits[split]
             empty = sorted(name for name, count in classes.items() if count == 0)
             if not classes or empty:
                 what = f"class folders without images: {empty}" if empty else "no class folders"
                 raise DatasetLayoutError(
-                    f"data_uri={data_uri!r}: {split}/ has {what}; each class needs a folder of "
-                    "images (.png, .jpg, ...)"
+                    data_uri,
+                    f"{split}/ has {what} ({self.counts()}); each class needs a folder of "
+                    f"images (.png, .jpg, ...) under {root}/{split}/<class>/",
                 )
         unknown = sorted(set(self.splits["val"]) - set(self.splits["train"]))
         if unknown:
             raise DatasetLayoutError(
-                f"data_uri={data_uri!r}: val/ has classes that train/ lacks: {unknown}; the model "
-                "can only predict the training classes"
+                data_uri,
+                f"val/ has classes that train/ lacks: {unknown} ({self.counts()}); the model "
+                "can only predict the training classes",
+            )
+        if len(self.splits["train"]) < MIN_CLASSES:
+            raise DatasetLayoutError(
+                data_uri,
+                f"train/ has {len(self.splits['train'])} class {sorted(self.splits['train'])} "
+                f"({self.counts()}); a classifier needs at least {MIN_CLASSES}: add a folder "
+                f"of images per class under {root}/train/ and {root}/val/",
             )
         return len(self.splits["train"])
+
+    def counts(self) -> str:
+        """Each split's classes and images, e.g. 'train/: 2 classes, 24 images; val/: none'."""
+        parts = []
+        for split in SPLITS:
+            classes = self.splits.get(split)
+            if classes is None:
+                parts.append(f"{split}/: missing")
+                continue
+            images = sum(classes.values())
+            parts.append(
+                f"{split}/: {len(classes)} class{'es' if len(classes) != 1 else ''}, "
+                f"{images} image{'s' if images != 1 else ''}"
+            )
+        return "; ".join(parts)
 
 
 def check_layout(folder: Path, data_uri: str) -> int:

@@ -84,7 +84,7 @@ def test_the_listing_has_the_digest_a_sync_finds_and_downloads_nothing(s3, tmp_p
 
 def test_a_bad_layout_fails_the_listing_naming_the_uri(s3, tmp_path: Path):
     uri = upload(s3, write_image_folder(tmp_path / "data", val_per_class=None), "no-val")
-    with pytest.raises(DatasetLayoutError, match=f"data_uri='{uri}' has no val/ folder"):
+    with pytest.raises(DatasetLayoutError, match=f"data_uri='{uri}': has no val/ folder"):
         inspect_dataset(uri)
 
 

@@ -1,0 +1,70 @@
+"""The data step refuses data a classifier cannot train or be judged on — fewer than two classes,
+an empty split — in both storage modes (object-store lists, shared-volume syncs), naming data_uri
+and counting each split, instead of the training finding out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from components.s3_sync import sync
+from pipelines.dataset import DatasetLayoutError, inspect_dataset, stage_dataset
+from tests.image_data import write_image_folder
+
+DATA_STEPS = {
+    "object-store": lambda uri, tmp_path: inspect_dataset(uri),
+    "shared-volume": lambda uri, tmp_path: stage_dataset(uri, tmp_path / "ws"),
+}
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch, tmp_path_factory):
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("sync-cache")))
+    return s3_server
+
+
+def upload(s3, folder: Path, name: str) -> str:
+    bucket = s3.create_bucket("data-step-checks")
+    uri = f"s3://{bucket}/{name}"
+    sync(str(folder), uri)
+    return uri
+
+
+@pytest.mark.parametrize("storage", DATA_STEPS)
+def test_one_class_is_refused_naming_data_uri_and_the_counts(s3, tmp_path: Path, storage: str):
+    folder = write_image_folder(tmp_path / "data", classes=("cat",), per_class=3, val_per_class=2)
+    uri = upload(s3, folder, f"one-class-{storage}")
+    with pytest.raises(DatasetLayoutError) as refused:
+        DATA_STEPS[storage](uri, tmp_path)
+    assert refused.value.field == "data_uri" and refused.value.value == uri
+    assert str(refused.value) == (
+        f"data_uri={uri!r}: train/ has 1 class ['cat'] (train/: 1 class, 3 images; val/: 1 "
+        "class, 2 images); a classifier needs at least 2: add a folder of images per class "
+        f"under {uri}/train/ and {uri}/val/"
+    )
+
+
+@pytest.mark.parametrize("storage", DATA_STEPS)
+def test_an_empty_split_is_refused_with_each_splits_counts(s3, tmp_path: Path, storage: str):
+    folder = write_image_folder(
+        tmp_path / "data", classes=("cat", "dog"), per_class=3, val_per_class=None
+    )
+    (folder / "val").mkdir()
+    (folder / "val" / "README.txt").write_text("images to come")
+    uri = upload(s3, folder, f"empty-val-{storage}")
+    with pytest.raises(DatasetLayoutError) as refused:
+        DATA_STEPS[storage](uri, tmp_path)
+    message = str(refused.value)
+    assert message.startswith(f"data_uri={uri!r}: val/ has no class folders")
+    assert "(train/: 2 classes, 6 images; val/: 0 classes, 0 images)" in message
+    assert f"under {uri}/val/<class>/" in message
+
+
+@pytest.mark.parametrize("storage", DATA_STEPS)
+def test_two_classes_pass(s3, tmp_path: Path, storage: str):
+    folder = write_image_folder(tmp_path / "data", classes=("cat", "dog"), per_class=2)
+    uri = upload(s3, folder, f"two-classes-{storage}")
+    assert DATA_STEPS[storage](uri, tmp_path).classes == 2
