@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import types
 import typing
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from kfp_ddp.s3_uri import s3_uri_problem
 from trainer.errors import ConfigError
 
 OPTIMIZERS = ("sgd", "adamw")
@@ -326,33 +326,13 @@ def _check_model_and_paths(cfg: TrainConfig) -> None:
             raise ConfigError(f"{flag(name)} {path} is a file; give a folder (new or existing)")
 
 
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-
-
-def _s3_uri_problem(uri: str, *, prefix_required: bool = False) -> str | None:
-    """What is wrong with ``s3://bucket[/prefix]`` (no trailing slash), or None."""
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    if not uri.startswith("s3://"):
-        return "it is not an s3:// URI"
-    if not _BUCKET.fullmatch(bucket):
-        return f"{bucket!r} is not a valid bucket name (3-63 of a-z 0-9 . -)"
-    if prefix_required and not prefix:
-        return "it names no prefix inside the bucket"
-    if prefix and (
-        any(part in ("", ".", "..") for part in prefix.split("/"))
-        or any(char in prefix for char in "\\\x00")
-    ):
-        return "its prefix has an empty, '.' or '..' segment, a backslash or a NUL"
-    return None
-
-
 def _check_checkpoint_uri(cfg: TrainConfig) -> None:
     """``s3://bucket[/prefix]`` with a valid bucket name and plain prefix segments (normalised
     without a trailing slash); the upload wait must end before the collectives time out."""
     if cfg.checkpoint_uri is None:
         return
     uri = cfg.checkpoint_uri.rstrip("/")
-    problem = _s3_uri_problem(uri)
+    problem = s3_uri_problem(uri)
     if problem:
         raise ConfigError(
             f"--checkpoint-uri {cfg.checkpoint_uri!r} is not usable: {problem}; use "
@@ -371,7 +351,7 @@ def _check_output_uri(cfg: TrainConfig) -> None:
     if cfg.output_uri is None:
         return
     uri = cfg.output_uri.rstrip("/")
-    problem = _s3_uri_problem(uri, prefix_required=True)
+    problem = s3_uri_problem(uri, prefix_required=True)
     if problem:
         raise ConfigError(
             f"--output-uri {cfg.output_uri!r} is not usable: {problem}; use a prefix of its "

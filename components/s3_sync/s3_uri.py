@@ -6,10 +6,9 @@ import re
 from dataclasses import dataclass
 
 from components.s3_sync.errors import S3SyncUsageError
+from kfp_ddp.s3_uri import S3UriError
+from kfp_ddp.s3_uri import parse_s3_uri as parse_uri
 
-_BUCKET_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
-"""The characters of S3's bucket names (a-z 0-9 . -), plus the upper case and underscores of
-legacy buckets and some self-hosted servers; the server checks the rest (e.g. the length)."""
 _SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:/")
 """Something that reads as a URI (``s3:/x``, ``S3://x``, ``gs://x``), not a local path
 (a Windows drive ``C:/`` has a one-letter scheme)."""
@@ -43,14 +42,12 @@ def check_local_or_s3(name: str, value: str) -> None:
 
 
 def parse_s3_uri(uri: str, *, name: str = "uri") -> S3Location:
-    """``s3://bucket[/prefix]`` → location whose prefix is "" or ends with "/"."""
-    rest = uri[len("s3://") :]
-    bucket, _, prefix = rest.partition("/")
-    if not _BUCKET_RE.fullmatch(bucket):
+    """``s3://bucket[/prefix]`` → location whose prefix is "" or ends with "/" (the one parser,
+    ``kfp_ddp.s3_uri``: S3's bucket naming rules)."""
+    try:
+        parsed = parse_uri(uri)
+    except S3UriError as exc:
         raise S3SyncUsageError(
-            f"{name}={uri!r}: {bucket!r} is not a bucket name; expected s3://bucket/prefix "
-            "with a bucket name of letters, digits, dots and hyphens"
-        )
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    return S3Location(bucket=bucket, prefix=prefix)
+            f"{name}={uri!r}: {exc.problem}; expected s3://bucket/prefix"
+        ) from None
+    return S3Location(bucket=parsed.bucket, prefix=f"{parsed.prefix}/" if parsed.prefix else "")

@@ -253,12 +253,12 @@ def test_the_issues_model_prefix_survives_a_two_file_folder(s3_env, bucket, tmp_
 @pytest.mark.parametrize("value", ["lots", "-1", "101%", "%", "1.5", -3, True, "5 %x"])
 def test_bad_max_delete_values_name_the_knob(value, tmp_path):
     with pytest.raises(S3SyncUsageError, match="max_delete="):
-        SyncOptions(source="s3://b/p", destination=str(tmp_path), delete=True, max_delete=value)
+        SyncOptions(source="s3://bkt/p", destination=str(tmp_path), delete=True, max_delete=value)
 
 
 def test_max_delete_without_delete_is_a_mistake(tmp_path):
     with pytest.raises(S3SyncUsageError, match="--delete"):
-        SyncOptions(source="s3://b/p", destination=str(tmp_path), max_delete=5)
+        SyncOptions(source="s3://bkt/p", destination=str(tmp_path), max_delete=5)
 
 
 @pytest.mark.parametrize(

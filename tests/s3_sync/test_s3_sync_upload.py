@@ -99,11 +99,11 @@ def test_classic_engine_upload_roundtrip(model_dir, s3_env, bucket, tmp_path):
 def test_options_are_validated(tmp_path):
     from components.s3_sync import SyncOptions
 
-    opts = SyncOptions(source="s3://b/p", destination=str(tmp_path), include="*.png")
+    opts = SyncOptions(source="s3://bkt/p", destination=str(tmp_path), include="*.png")
     assert opts.include == ("*.png",)  # a lone string is one pattern
     for bad in ({"engine": "fast"}, {"max_concurrency": 0}, {"addressing_style": "odd"}):
         with pytest.raises(S3SyncError, match=next(iter(bad))):
-            SyncOptions(source="s3://b/p", destination=str(tmp_path), **bad)
+            SyncOptions(source="s3://bkt/p", destination=str(tmp_path), **bad)
 
 
 def test_a_downloaded_big_file_uploads_once(s3_env, bucket, tmp_path):
