@@ -12,10 +12,11 @@ from typing import Any
 from kubernetes import client as k8s
 
 from components.launcher import pod_security
-from components.launcher.spec import STAGE_ROOT, TrainSpec
+from components.launcher.spec import STAGE_CACHE, STAGE_ROOT, TrainSpec
 
 SHM_VOLUME = "dshm"
 STAGE_VOLUME = "staged-data"
+CACHE_VOLUME = "stage-cache"
 S3_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
@@ -48,8 +49,8 @@ def volumes(spec: TrainSpec) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount
         )
         mounts.append(k8s.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm"))
     if spec.stage_data_uri:
-        found.append(stage_volume(spec))
-        mounts.append(k8s.V1VolumeMount(name=STAGE_VOLUME, mount_path=STAGE_ROOT))
+        found += stage_volumes(spec)
+        mounts += stage_mounts(spec)
     for i, pvc in enumerate(spec.pvcs):
         name = f"pvc-{i}"
         found.append(
@@ -79,19 +80,34 @@ def tolerations(spec: TrainSpec) -> list[k8s.V1Toleration] | None:
     ] or None
 
 
-def stage_volume(spec: TrainSpec) -> k8s.V1Volume:
-    """The node's own disk for staged data: an emptyDir bounded by ``stage_volume_size`` (the
-    data set and room for checkpoints), or an admin's hostPath cache kept between pods."""
-    if spec.stage_cache_host_path:
-        return k8s.V1Volume(
+def stage_volumes(spec: TrainSpec) -> list[k8s.V1Volume]:
+    """The node's own disk for staged data, checkpoints and outputs: an emptyDir bounded by
+    ``stage_volume_size``; with an admin's hostPath cache, the data sets live there instead
+    (kept between pods, bounded by the stager's eviction) and the emptyDir keeps the rest, so
+    that jobs sharing a node never share a link, a checkpoint or an output."""
+    found = [
+        k8s.V1Volume(
             name=STAGE_VOLUME,
-            host_path=k8s.V1HostPathVolumeSource(
-                path=spec.stage_cache_host_path, type="DirectoryOrCreate"
-            ),
+            empty_dir=k8s.V1EmptyDirVolumeSource(size_limit=spec.stage_volume_size()),
         )
-    return k8s.V1Volume(
-        name=STAGE_VOLUME, empty_dir=k8s.V1EmptyDirVolumeSource(size_limit=spec.stage_volume_size())
-    )
+    ]
+    if spec.stage_cache_host_path:
+        found.append(
+            k8s.V1Volume(
+                name=CACHE_VOLUME,
+                host_path=k8s.V1HostPathVolumeSource(
+                    path=spec.stage_cache_host_path, type="DirectoryOrCreate"
+                ),
+            )
+        )
+    return found
+
+
+def stage_mounts(spec: TrainSpec) -> list[k8s.V1VolumeMount]:
+    mounts = [k8s.V1VolumeMount(name=STAGE_VOLUME, mount_path=STAGE_ROOT)]
+    if spec.stage_cache_host_path:
+        mounts.append(k8s.V1VolumeMount(name=CACHE_VOLUME, mount_path=STAGE_CACHE))
+    return mounts
 
 
 def s3_env(spec: TrainSpec) -> list[k8s.V1EnvVar]:
@@ -126,7 +142,7 @@ def stage_init_container(spec: TrainSpec) -> k8s.V1Container | None:
         image=spec.image,
         command=spec.stage_command(),
         env=s3_env(spec) or None,
-        volume_mounts=[k8s.V1VolumeMount(name=STAGE_VOLUME, mount_path=STAGE_ROOT)],
+        volume_mounts=stage_mounts(spec),
         security_context=pod_security.container_context(spec, training=False),
     )
 

@@ -37,6 +37,8 @@ from components.launcher.spec_rules import (
     RESTART_POLICIES,
     RUNTIME_KINDS,
     STAGE_ROOT,
+    STAGE_CACHE,
+    STAGE_CACHE_KEEP,
     STAGED_DATA,
     TOLERATION_EFFECTS,
     TOLERATION_OPERATORS,
@@ -59,6 +61,7 @@ __all__ = [  # the spec's vocabulary lives in spec_rules; importers find it here
     "SHM_PER_PROCESS_GI",
     "STAGED_DATA",
     "STAGE_ROOT",
+    "STAGE_CACHE",
     "SpecError",
     "TOLERATION_EFFECTS",
     "TOLERATION_OPERATORS",
@@ -362,6 +365,8 @@ class TrainSpec(SpecChecks):
     def disk(self) -> str:
         """The pod's ephemeral-storage request (and limit): given, or the staging volume + 4Gi."""
         return self.ephemeral_storage or sizing.ephemeral_storage(self.stage_volume_size())
+        if self.stage_cache_host_path:  # the data lives in the cache: checkpoints and outputs
+            return sizing.stage_volume_size(0, self.checkpoint_space)
 
     def warnings(self) -> list[str]:
         """Settings that are valid but likely wasteful or incomplete (logged, not refused)."""
@@ -406,7 +411,7 @@ class TrainSpec(SpecChecks):
             "--source",
             self.stage_data_uri,
             "--root",
-            STAGE_ROOT,
+            STAGE_CACHE if self.stage_cache_host_path else STAGE_ROOT,
             "--link",
             STAGED_DATA,
             *(["--expect-digest", self.stage_data_digest] if self.stage_data_digest else []),
@@ -415,6 +420,7 @@ class TrainSpec(SpecChecks):
     def job_labels(self) -> dict[str, str]:
         """Labels on the job and its pods: user labels, run id, task, Kueue queue."""
         labels = dict(self.labels) | run_labels(self.run_id, self.task_name)
+            *(["--keep-snapshots", str(STAGE_CACHE_KEEP)] if self.stage_cache_host_path else []),
         if self.kueue_queue:
             labels[KUEUE_QUEUE_LABEL] = self.kueue_queue
         return labels

@@ -105,6 +105,12 @@ STAGE_ROOT = "/stage"
 """Where a node stages its data (stage_data_uri) on its own disk."""
 STAGED_DATA = f"{STAGE_ROOT}/current"
 """The staged data set as the trainer sees it (a symlink to the frozen folder)."""
+STAGE_CACHE = "/stage-cache"
+"""Where an admin's hostPath cache (stage_cache_host_path) is mounted: the staged data sets live
+there between pods; the link to this pod's data set and its outputs stay on its own emptyDir."""
+STAGE_CACHE_KEEP = 2
+"""Data sets (frozen listings) per source a hostPath cache keeps: the one staged and one older
+that a job still training may read; older ones are evicted, unless in use."""
 NODE_OUTPUT = f"{STAGE_ROOT}/output"
 """A node's own output folder (same disk as its staged data) when no volume is shared: the
 trainer mirrors its checkpoints and model to S3 (--checkpoint-uri) from there."""
@@ -402,6 +408,8 @@ class SpecChecks:
         seen: set[str] = {STAGE_ROOT} if self.stage_data_uri else set()
         for p in self.pvcs:
             if len(p.claim) > 253 or not DNS1123_SUBDOMAIN.match(p.claim):
+        if self.stage_cache_host_path:
+            seen.add(STAGE_CACHE)
                 self._fail("pvcs", f"claim {p.claim!r} is not a valid PVC name")
             if not p.path.startswith("/") or p.path in seen or p.path == "/dev/shm":
                 self._fail(

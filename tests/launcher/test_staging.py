@@ -4,8 +4,10 @@ the test S3 server, and a local 2-node job whose nodes share nothing."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,13 +107,35 @@ def test_a_host_path_cache_keeps_staged_data_on_the_node(api):
         name="j",
         stage_cache_host_path="/mnt/kfp-ddp-cache",
         pod_security="privileged",  # hostPath volumes: refused by baseline and restricted
+        stage_data_bytes=50 * 2**30,
         **STAGED,
     )
     m = build_manifest(spec)
-    assert {
-        "name": "staged-data",
-        "hostPath": {"path": "/mnt/kfp-ddp-cache", "type": "DirectoryOrCreate"},
-    } in node_pod(m)["volumes"]
+    pod = node_pod(m)
+    # The data sets live in the node's cache; the link to this pod's data set, its checkpoints
+    # and outputs stay on its own bounded emptyDir (no data in it: checkpoint room only), so two
+    # jobs on one node never share a link or an output.
+    assert pod["volumes"][-2:] == [
+        {"name": "staged-data", "emptyDir": {"sizeLimit": "20Gi"}},
+        {
+            "name": "stage-cache",
+            "hostPath": {"path": "/mnt/kfp-ddp-cache", "type": "DirectoryOrCreate"},
+        },
+    ]
+    mounts = [
+        {"name": "staged-data", "mountPath": "/stage"},
+        {"name": "stage-cache", "mountPath": "/stage-cache"},
+    ]
+    (container,) = pod["containers"]
+    assert container["volumeMounts"][-2:] == mounts
+    command = (pod["initContainers"][0] if api == "pytorchjob" else m["spec"]["trainer"])["command"]
+    assert command[3:] == [
+        *("--source", "s3://datasets/cats", "--root", "/stage-cache", "--link", "/stage/current"),
+        *("--keep-snapshots", "2"),
+        *(["--", "python", "-m", "trainer.torchrun", "-m", "trainer.train"] * (api == "trainjob")),
+    ]
+    if api == "pytorchjob":
+        assert pod["initContainers"][0]["volumeMounts"] == mounts
     assert schema_errors(api, m) == []
     text = yaml.safe_dump(m)
     assert "AKIA" not in text and "secretKeyRef" in text
@@ -127,6 +151,15 @@ def test_a_host_path_cache_keeps_staged_data_on_the_node(api):
         ({"s3_credentials_secret": "Bad Secret"}, "s3_credentials_secret"),
         ({"s3_endpoint": "minio:9000"}, "s3_endpoint"),
         ({"stage_data_uri": "s3://b/d", "pvcs": ["ws:/stage"]}, "/stage"),
+        (
+            {
+                "stage_data_uri": "s3://b/d",
+                "stage_cache_host_path": "/mnt/x",
+                "pod_security": "privileged",
+                "pvcs": ["ws:/stage-cache"],
+            },
+            "/stage-cache",
+        ),
     ],
 )
 def test_bad_staging_settings_are_refused(kwargs, message):
@@ -178,6 +211,88 @@ def test_the_stager_refuses_what_it_cannot_stage(dataset_uri, tmp_path):
     assert bad.returncode == 2 and "s3://bucket/prefix" in bad.stderr
     missing = stage("--source", "s3://no-such-bucket-here/x", "--root", str(tmp_path), "--", "true")
     assert missing.returncode in (1, 2) and "Traceback" not in missing.stderr
+
+
+@pytest.fixture
+def own_dataset_uri(dataset_uri, request) -> str:
+    """A copy of the data set under a prefix of this test's own (it writes into it)."""
+    uri = f"{dataset_uri}-{request.node.name[:40]}"
+    sync(dataset_uri, str(Path(request.getfixturevalue("tmp_path")) / "copy"))
+    sync(str(Path(request.getfixturevalue("tmp_path")) / "copy"), uri)
+    return uri
+
+
+def put(s3_server, uri: str, key: str, body: bytes) -> None:
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    s3_server.client().put_object(Bucket=bucket, Key=f"{prefix}/{key}", Body=body)
+
+
+def test_a_cache_keeps_the_newest_data_sets_and_any_in_use(s3_server, own_dataset_uri, tmp_path):
+    """A hostPath cache is bounded: each source keeps its 2 most recently used data sets; one a
+    running command still reads is kept whatever its age, until that command ends."""
+    cache, link = tmp_path / "cache", tmp_path / "pod" / "current"
+    keep = ("--root", str(cache), "--link", str(link), "--keep-snapshots", "2")
+    holder = subprocess.Popen(  # stage v1, then exec a command that keeps reading it
+        [sys.executable, "-m", "components.s3_sync.stage", "--source", own_dataset_uri, *keep]
+        + [
+            "--",
+            sys.executable,
+            "-c",
+            "import sys; print('reading', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        lines = [holder.stdout.readline() for _ in range(3)]  # staged, evicted, the command
+        assert lines[2] == "reading\n", lines
+        v1 = link.resolve()
+        snapshots = []
+        for version in (2, 3, 4):
+            put(s3_server, own_dataset_uri, f"train/a/new-{version}.txt", b"x" * version)
+            done = stage("--source", own_dataset_uri, *keep)
+            assert done.returncode == 0, done.stderr
+            snapshots.append(link.resolve())
+        v3, v4 = snapshots[1:]
+        assert "evicted 1 cached data set(s), 1 in use kept" in done.stdout  # v2 went
+        assert sorted(p for p in v1.parent.iterdir() if p.is_dir() and p.name != "mirror") == (
+            sorted([v1, v3, v4])
+        )
+        assert (v1 / "train").is_dir()  # still complete for its reader
+    finally:
+        holder.communicate("", timeout=60)
+    put(s3_server, own_dataset_uri, "train/a/new-5.txt", b"x" * 5)
+    assert stage("--source", own_dataset_uri, *keep).returncode == 0
+    left = sorted(p.name for p in v1.parent.iterdir() if not p.name.startswith("."))
+    assert v1.name not in left and v3.name not in left and v4.name in left  # v1 free: evicted
+
+
+def test_a_source_unused_for_long_leaves_the_cache(dataset_uri, tmp_path):
+    from components.s3_sync.staging import evict
+    from components.s3_sync.staging import stage as stage_into
+
+    cache = tmp_path / "cache"
+    old = stage_into(dataset_uri, cache).snapshot
+    assert evict(cache, keep=2, max_idle_days=7).removed == []  # used just now
+    later = evict(cache, keep=2, max_idle_days=7, now=time.time() + 8 * 86400)
+    assert later.removed == [old, old.parent / "mirror"] and not old.exists()
+    with pytest.raises(ValueError, match="at least 1"):
+        evict(cache, keep=0, max_idle_days=7)
+
+
+def test_an_unwritable_cache_says_whose_it_must_be(dataset_uri, tmp_path):
+    cache = tmp_path / "root-owned"
+    cache.mkdir(mode=0o555)
+    try:
+        done = stage("--source", dataset_uri, "--root", str(cache), "--keep-snapshots", "2")
+    finally:
+        cache.chmod(0o755)
+    if os.geteuid() == 0:
+        pytest.skip("running as root: every folder is writable")
+    assert done.returncode == 2 and f"writable by UID {os.getuid()}" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 # -- a local job whose nodes share nothing -------------------------------------------------------

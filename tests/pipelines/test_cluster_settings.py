@@ -50,9 +50,10 @@ def test_the_compile_time_cluster_settings_give_the_node_cache():
     (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     volumes = node["template"]["spec"]["template"]["spec"]["volumes"]
     assert {
-        "name": "staged-data",
+        "name": "stage-cache",
         "hostPath": {"path": "/mnt/kfp-ddp-cache", "type": "DirectoryOrCreate"},
     } in volumes
+    assert "--keep-snapshots" in job["spec"]["trainer"]["command"]  # a bounded cache
 
 
 @pytest.mark.parametrize(

@@ -63,7 +63,7 @@ from components.launcher.result import (
     JobTimeout,
     read_summary,
 )
-from components.launcher.spec import STAGE_ROOT, TrainSpec
+from components.launcher.spec import STAGE_CACHE, STAGE_ROOT, TrainSpec
 from components.launcher.training_operator import default_restart_policy
 from kfp_ddp.atomic_files import write_atomic
 
@@ -254,12 +254,17 @@ class LocalRun:
         return self.nodes_dir / "failed" / f"{label_safe(self.spec.run_id)}-{self.spec.name}.json"
 
     def node_paths(self, replica: str) -> PathMapper:
-        """The path map of one node: the shared ones, plus its own staging disk."""
+        """The path map of one node: the shared ones, plus its own staging disk (and the
+        machine's cache folder, ``stage_cache_host_path``, which all nodes share)."""
         if not self.spec.stage_data_uri:
             return self.paths
-        root = self.spec.stage_cache_host_path or str(self.nodes_dir / replica / "stage")
-        Path(root).mkdir(parents=True, exist_ok=True)
-        return self.paths.with_mount(STAGE_ROOT, root)
+        root = self.nodes_dir / replica / "stage"
+        root.mkdir(parents=True, exist_ok=True)
+        paths = self.paths.with_mount(STAGE_ROOT, str(root))
+        if self.spec.stage_cache_host_path:
+            Path(self.spec.stage_cache_host_path).mkdir(parents=True, exist_ok=True)
+            paths = paths.with_mount(STAGE_CACHE, self.spec.stage_cache_host_path)
+        return paths
 
     def _contract(self, rank: int, ports: list[int]) -> dict[str, str]:
         """The variables the controller gives node ``rank`` (``ports``: one per replica)."""
