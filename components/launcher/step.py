@@ -104,17 +104,17 @@ class TrainingStepInputs:
     """Memory request per node, e.g. 64Gi ('' = none)."""
     trainer_args: list = field(default_factory=list)
     """More trainer flags, e.g. ["--precision", "bf16"]."""
-    model_name: str = ""
+    model_name: str = field(default="", metadata={"flag": "--model"})
     """--model ('' = the trainer's default)."""
-    epochs: int = 0
+    epochs: int = field(default=0, metadata={"flag": "--epochs"})
     """--epochs (0 = the trainer's default)."""
-    batch_size: int = 0
+    batch_size: int = field(default=0, metadata={"flag": "--batch-size"})
     """--batch-size (0 = the trainer's default)."""
-    lr: float = 0.0
+    lr: float = field(default=0.0, metadata={"flag": "--lr"})
     """--lr (0 = the trainer's default)."""
-    image_size: int = 0
+    image_size: int = field(default=0, metadata={"flag": "--image-size"})
     """--image-size (0 = the trainer's default)."""
-    checkpoint_every_steps: int = 0
+    checkpoint_every_steps: int = field(default=0, metadata={"flag": "--checkpoint-every-steps"})
     """--checkpoint-every-steps (0 = the trainer's default)."""
     metrics_port: int = 0
     """Prometheus metrics port of every trainer process, with a PodMonitor and alerts (0: off)."""
@@ -248,6 +248,11 @@ def run_key(inputs: TrainingStepInputs) -> str:
     return f"{settings}/{digest}"
 
 
+def trainer_flag_inputs() -> dict[str, str]:
+    """{step input: the trainer flag it sets} (the fields with a ``flag`` in their metadata)."""
+    return {f.name: f.metadata["flag"] for f in fields(TrainingStepInputs) if "flag" in f.metadata}
+
+
 def trainer_args_for(inputs: TrainingStepInputs) -> list[str]:
     """The trainer's flags; zero/empty values are left to the trainer's defaults."""
     data_dir = STAGED_DATA if inputs.data_uri else inputs.data_dir
@@ -255,14 +260,8 @@ def trainer_args_for(inputs: TrainingStepInputs) -> list[str]:
     if inputs.checkpoint_uri:
         args += ["--checkpoint-uri", f"{run_uri(inputs)}/checkpoints"]
         args += ["--output-uri", f"{run_uri(inputs)}/output"]
-    for flag, value in (
-        ("--model", inputs.model_name),
-        ("--epochs", inputs.epochs),
-        ("--batch-size", inputs.batch_size),
-        ("--lr", inputs.lr),
-        ("--image-size", inputs.image_size),
-        ("--checkpoint-every-steps", inputs.checkpoint_every_steps),
-    ):
+    for name, flag in trainer_flag_inputs().items():
+        value = getattr(inputs, name)
         if value:
             args += [flag, str(value)]
     return args + [str(a) for a in inputs.trainer_args or []]

@@ -41,7 +41,7 @@ def s3_sync_component(
         delete: delete destination files the source lacks; an empty source is refused, and so
             are more deletions than max_delete allows.
         max_delete: the most files delete may remove: "N" files or "P%" of the destination's;
-            empty for the default (50% of the destination's files or 10, whichever is more).
+            empty for the default (at most half of a non-empty destination, never all of it).
         dry_run: list what would change and change nothing.
 
     Returns:
