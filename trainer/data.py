@@ -34,9 +34,6 @@ CACHE_LIMIT_BYTES = 512 * 2**20
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-Batch = tuple[torch.Tensor, torch.Tensor]
-
-
 # --------------------------------------------------------------------------------- decoding (PIL)
 def load_image(path: Path | str) -> Image.Image:
     """Decode ``path`` with PIL as RGB; :class:`DataError` naming the file if it is unreadable."""

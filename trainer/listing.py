@@ -82,9 +82,6 @@ class ImageListing:
         names = self.names[source]
         return ImageListing(self.root, self.class_names, names, offsets, self.labels[indices])
 
-    def with_root(self, root: Path) -> ImageListing:
-        return ImageListing(Path(root), self.class_names, self.names, self.offsets, self.labels)
-
     @classmethod
     def from_names(
         cls, root: Path, class_names: Sequence[str], names: Sequence[str], labels: Sequence[int]

@@ -156,11 +156,6 @@ class CheckpointMirror:
                 "left unfinished (a folder without its marker never counts)"
             )
 
-    @property
-    def uploading(self) -> bool:
-        """Whether an upload is running or waiting."""
-        return self._busy is not None or self._pending is not None
-
     # ------------------------------------------------------------------------ uploader side
     def _queued(self, step: int) -> bool:
         return any(job is not None and job.step == step for job in (self._pending, self._busy))

@@ -13,7 +13,6 @@ from components.evaluate.evaluate import (
     evaluate,
     load_baseline,
     run_evaluation,
-    write_eval_json,
 )
 from components.evaluate.report import render_report, write_report
 
@@ -27,6 +26,5 @@ __all__ = [
     "load_baseline",
     "render_report",
     "run_evaluation",
-    "write_eval_json",
     "write_report",
 ]

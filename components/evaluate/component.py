@@ -14,8 +14,7 @@
 Why not an ``eval.json`` file: ``report.path`` is the HTML file itself, not a folder, so nothing can
 sit "next to it" inside the artifact (a sibling file would not be uploaded on a cluster), and a
 ``Metrics`` artifact should hold only numbers (the UI tabulates every entry as a scalar). The
-full result therefore rides in the HTML artifact's metadata; ``write_eval_json`` writes the same
-dict to a file wherever a caller owns one.
+full result therefore rides in the HTML artifact's metadata.
 """
 
 # No `from __future__ import annotations`: KFP reads the artifact types from real annotations.

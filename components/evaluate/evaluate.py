@@ -11,7 +11,6 @@ this package only to build the KFP component, and compiling a pipeline should no
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 import time
@@ -349,15 +348,6 @@ class _ImageList:
 # --------------------------------------------------------------------------- files
 
 
-def write_eval_json(result: EvalResult, path: str | os.PathLike) -> Path:
-    """Write ``result.to_dict()`` to ``path`` atomically (temp file, fsync, rename)."""
-    path = Path(path)
-    from kfp_ddp.atomic_files import write_text_atomic
-
-    write_text_atomic(path, json.dumps(result.to_dict(), indent=2) + "\n")
-    return path
-
-
 def run_evaluation(
     model_dir: str | os.PathLike,
     data_dir: str | os.PathLike,
@@ -476,5 +466,4 @@ __all__ = [
     "evaluate_into_artifacts",
     "load_baseline",
     "run_evaluation",
-    "write_eval_json",
 ]

@@ -57,12 +57,3 @@ class Clients:
         )
 
 
-def api_status(exc: BaseException | None) -> int | None:
-    """HTTP status of an ApiException (also when it is the cause of another exception)."""
-    from kubernetes.client.rest import ApiException
-
-    while exc is not None:
-        if isinstance(exc, ApiException):
-            return exc.status
-        exc = exc.__cause__ or exc.__context__
-    return None
