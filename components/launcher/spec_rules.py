@@ -21,6 +21,7 @@ from components.launcher.names import (
     LABEL_VALUE,
     qualified_name_ok,
 )
+from kfp_ddp.s3_uri import s3_uri_problem
 
 APIS = ("auto", "trainjob", "pytorchjob", "tfjob")
 """``auto``: TrainJob when the cluster serves Kubeflow Trainer v2, else PyTorchJob (never TFJob)."""
@@ -188,14 +189,22 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
 
 
 class SpecError(ValueError):
-    """A TrainSpec value is invalid; the message names the field, the value and the fix."""
+    """A TrainSpec value is invalid; the message names the field, the value and the fix.
+
+    ``field``: the TrainSpec field (or the training step's input) it concerns, where one is to
+    blame; None otherwise. Callers name their own setting from it, never from the message.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 class SpecChecks:
     """The validation of ``TrainSpec`` (mixed into it): ``_check`` runs on construction."""
 
     def _fail(self, name: str, why: str) -> None:
-        raise SpecError(f"TrainSpec.{name}={getattr(self, name)!r} is invalid: {why}")
+        raise SpecError(f"TrainSpec.{name}={getattr(self, name)!r} is invalid: {why}", field=name)
 
     def _int(self, name: str, *, minimum: int, optional: bool = False, maximum: int = 2**31 - 1):
         value = getattr(self, name)
@@ -379,8 +388,9 @@ class SpecChecks:
 
     def _check_staging(self) -> None:
         uri = self.stage_data_uri
-        if uri is not None and (not isinstance(uri, str) or not uri.startswith("s3://")):
-            self._fail("stage_data_uri", "must be an s3://bucket/prefix URI")
+        problem = uri is not None and s3_uri_problem(uri, prefix_required=True)
+        if problem:
+            self._fail("stage_data_uri", f"must be an s3://bucket/prefix URI ({problem})")
         host = self.stage_cache_host_path
         if host is not None:
             problem = _host_path_problem(host)

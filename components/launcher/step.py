@@ -160,10 +160,15 @@ class TrainingStepInputs:
                 "data_dir for data on a shared claim, data_uri (s3://bucket/prefix) for data every "
                 "node stages onto its own disk"
             )
+        from kfp_ddp.s3_uri import s3_uri_problem
+
         for name in ("data_uri", "checkpoint_uri"):
             value = getattr(self, name)
-            if value and (not value.startswith("s3://") or len(value.rstrip("/")) <= 5):
-                raise SpecError(f"{name}={value!r} must be an s3://bucket/prefix URI")
+            problem = value and s3_uri_problem(value, prefix_required=True)
+            if problem:
+                raise SpecError(
+                    f"{name}={value!r} must be an s3://bucket/prefix URI ({problem})", field=name
+                )
         if not self.output_dir and not self.checkpoint_uri:
             raise SpecError(
                 "checkpoint_uri='' with output_dir='': without a shared claim the checkpoints "

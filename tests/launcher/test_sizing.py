@@ -25,7 +25,7 @@ def documented(data_bytes: int) -> tuple[str, str]:
 @pytest.mark.parametrize("data_bytes", [0, 1, 10 * 2**20, 5 * GI, 931 * GI + 17])
 def test_the_staging_volume_and_the_disk_follow_the_data_sets_size(data_bytes):
     spec = TrainSpec(
-        api="pytorchjob", name="j", stage_data_uri="s3://b/d", stage_data_bytes=data_bytes
+        api="pytorchjob", name="j", stage_data_uri="s3://bkt/d", stage_data_bytes=data_bytes
     )
     size, disk = documented(data_bytes)
     assert (spec.stage_volume_size(), spec.disk()) == (size, disk)
@@ -37,9 +37,9 @@ def test_the_staging_volume_and_the_disk_follow_the_data_sets_size(data_bytes):
 
 
 def test_unknown_size_explicit_disk_and_checkpoint_room():
-    assert TrainSpec(name="j", stage_data_uri="s3://b/d").stage_volume_size() == "120Gi"
+    assert TrainSpec(name="j", stage_data_uri="s3://bkt/d").stage_volume_size() == "120Gi"
     room = TrainSpec(
-        name="j", stage_data_uri="s3://b/d", stage_data_bytes=0, checkpoint_space="1Gi"
+        name="j", stage_data_uri="s3://bkt/d", stage_data_bytes=0, checkpoint_space="1Gi"
     )
     assert room.stage_volume_size() == "1Gi"
     assert TrainSpec(name="j").disk() == "4Gi"  # no staging: the container's own files

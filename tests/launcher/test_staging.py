@@ -146,14 +146,14 @@ def test_a_host_path_cache_keeps_staged_data_on_the_node(api):
     [
         ({"stage_data_uri": "/local/data"}, "stage_data_uri"),
         ({"stage_cache_host_path": "/mnt/x"}, "set stage_data_uri too"),
-        ({"stage_data_uri": "s3://b/d", "stage_cache_host_path": "relative"}, "absolute"),
-        ({"stage_data_uri": "s3://b/d", "stage_cache_host_path": "/mnt/x"}, "privileged"),
+        ({"stage_data_uri": "s3://bkt/d", "stage_cache_host_path": "relative"}, "absolute"),
+        ({"stage_data_uri": "s3://bkt/d", "stage_cache_host_path": "/mnt/x"}, "privileged"),
         ({"s3_credentials_secret": "Bad Secret"}, "s3_credentials_secret"),
         ({"s3_endpoint": "minio:9000"}, "s3_endpoint"),
-        ({"stage_data_uri": "s3://b/d", "pvcs": ["ws:/stage"]}, "/stage"),
+        ({"stage_data_uri": "s3://bkt/d", "pvcs": ["ws:/stage"]}, "/stage"),
         (
             {
-                "stage_data_uri": "s3://b/d",
+                "stage_data_uri": "s3://bkt/d",
                 "stage_cache_host_path": "/mnt/x",
                 "pod_security": "privileged",
                 "pvcs": ["ws:/stage-cache"],

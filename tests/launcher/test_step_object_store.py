@@ -81,10 +81,10 @@ def test_a_shared_volume_step_without_mirror_needs_no_secret():
     ("given", "message"),
     [
         ({}, "set exactly one"),
-        ({"data_dir": "/d", "data_uri": "s3://b/d"}, "set exactly one"),
-        ({"data_uri": "s3://b/d"}, "checkpoint_uri='' with output_dir=''"),
-        ({"data_uri": "/local/data", "checkpoint_uri": "s3://b/c"}, "data_uri='/local/data'"),
-        ({"data_uri": "s3://b/d", "checkpoint_uri": "gs://b/c"}, "checkpoint_uri='gs://b/c'"),
+        ({"data_dir": "/d", "data_uri": "s3://bkt/d"}, "set exactly one"),
+        ({"data_uri": "s3://bkt/d"}, "checkpoint_uri='' with output_dir=''"),
+        ({"data_uri": "/local/data", "checkpoint_uri": "s3://bkt/c"}, "data_uri='/local/data'"),
+        ({"data_uri": "s3://bkt/d", "checkpoint_uri": "gs://b/c"}, "checkpoint_uri='gs://b/c'"),
     ],
 )
 def test_unclear_storage_is_refused_naming_the_inputs(given, message):
