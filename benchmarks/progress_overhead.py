@@ -10,8 +10,9 @@ them sent to a local HTTPS endpoint (target: at most 1% slower).
    every 10 steps. Throughput is read from the runs' metrics.jsonl windows after the warm-up.
    Prints each round's ratio, the median throughputs and the median ratio; ``--control`` runs
    both without reports (an A/A test: the noise floor of the ratio on this machine).
-2. Directly: the training thread's part (one ``update()`` per log window) and one report's wall
-   time on the reporter's thread, timed in this process, against the step time of the runs.
+2. Directly: the training thread's part (one ``update()`` and ``offer()`` per log window) and one
+   report's wall time on the reporter's thread, timed in this process, against the step time of
+   the runs.
 
     python benchmarks/progress_overhead.py                 # ~3 minutes on 2 cores
     python benchmarks/progress_overhead.py --control
@@ -37,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.cluster.certs import CertificateAuthority  # noqa: E402
 from tests.trainer.trainjob_status_server import StatusServer, answering  # noqa: E402
+from trainer.progress import ProgressTracker  # noqa: E402
 from trainer.trainjob_status import (  # noqa: E402
     CA_CERT_VARIABLE,
     TOKEN_VARIABLE,
@@ -209,7 +211,7 @@ def report(
 @dataclass(frozen=True)
 class DirectCosts:
     update_s: float
-    """Seconds of one ``update()`` (the training thread's part)."""
+    """Seconds of one ``update()`` and ``offer()`` (the training thread's part)."""
     report_s: float
     """Wall seconds of one report (the reporter's thread; the stand-in server's work included)."""
     report_cpu_s: float
@@ -228,10 +230,11 @@ def direct_costs(endpoint: Endpoint, folder: Path) -> DirectCosts:
     reporter = StatusReporter(
         target, interval_s=3600.0, timeout_s=5.0, log=RunLog(folder, is_main=False)
     )
+    figures = ProgressTracker()
     updates = 20_000
     started = time.perf_counter()
     for step in range(1, updates + 1):
-        reporter.update(
+        progress = figures.update(
             step=step,
             total_steps=updates,
             eta_s=float(updates - step),
@@ -240,6 +243,7 @@ def direct_costs(endpoint: Endpoint, folder: Path) -> DirectCosts:
             learning_rate=0.1,
             images_per_second=150.0,
         )
+        reporter.offer(progress)
     per_update = (time.perf_counter() - started) / updates
     reporter.close()
     status = reporter_status(updates)
@@ -255,7 +259,7 @@ def direct_costs(endpoint: Endpoint, folder: Path) -> DirectCosts:
 
 
 def reporter_status(step: int) -> dict:
-    from trainer.trainjob_status import Progress
+    from trainer.progress import Progress
 
     metrics = {"loss": 1.0, "val_loss": 1.1, "val_accuracy": 0.5, "images_per_second": 150.0}
     metrics |= {"learning_rate": 0.1, "epoch": 0, "step": step, "total_steps": step}

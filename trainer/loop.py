@@ -41,8 +41,9 @@ from trainer.errors import EXIT_OK, EXIT_SIGTERM, StorageError
 from trainer.export import save_model
 from trainer.loop_state import LogWindow, LoopState
 from trainer.metrics import metrics_recorder
+from trainer.progress import SUMMARY_KEY, Progress, ProgressTracker, duration
 from trainer.resume import check_compatible, load_resume_state, restore
-from trainer.run_log import RunLog, duration
+from trainer.run_log import RunLog
 from trainer.tensorboard_log import NO_TENSORBOARD, NoTensorBoard, tensorboard_log
 from trainer.validation import Validator, replicas_in_sync
 
@@ -92,6 +93,8 @@ class Trainer:
         """Opened when training begins: a refused config or a finished run writes no file."""
         self.mirror: CheckpointMirror | None = None
         """Rank 0's upload of checkpoints to --checkpoint-uri (set up by resume())."""
+        self.progress = ProgressTracker()
+        """The latest progress figures: reported while training, the final ones in summary.json."""
         self.status: StatusReporter | None = None
         """Rank 0's progress reports to Kubeflow Trainer (set up by begin_loop())."""
         # Set by setup():
@@ -443,13 +446,12 @@ class Trainer:
 
     def report_progress(
         self, *, eta_s: float | None = None, final: bool = False, **figures: float | None
-    ) -> None:
-        """Hand the latest figures to the progress reports (rank 0, when Kubeflow Trainer takes
-        them); the reporter's thread sends them, at most every --progress-report-interval-s."""
-        if self.status is None:
-            return
+    ) -> Progress:
+        """Take the latest figures into the progress; hand the snapshot to the reports (rank 0,
+        when Kubeflow Trainer takes them: its thread sends one at most every
+        --progress-report-interval-s, the final one at once)."""
         state = self.state
-        self.status.update(
+        progress = self.progress.update(
             step=state.step,
             total_steps=self.plan.total_steps,
             eta_s=eta_s,
@@ -457,6 +459,9 @@ class Trainer:
             epoch=state.epoch,
             **figures,
         )
+        if self.status is not None:
+            self.status.offer(progress)
+        return progress
 
     def save(self, reason: str) -> None:
         state = self.state
@@ -525,9 +530,9 @@ class Trainer:
         in_sync = replicas_in_sync(self.parts.model, self.env, self.group, self.log)
         if self.env.is_main:
             self.export()
-            summary = self.summary(train_seconds, in_sync)
+            final = self.report_progress(final=True)  # 100 %: sent now, while the outputs upload
+            summary = self.summary(train_seconds, in_sync, final)
             write_json_atomic(self.output_dir / "summary.json", summary)
-            self.report_progress(final=True)  # 100 %: sent now, while the outputs upload
             self.log.line(
                 f"done: {state.step} steps, val_acc {summary['val_accuracy']}, "
                 f"{summary['images_per_sec']} img/s, wall {summary['wall_time_s']}s"
@@ -591,7 +596,7 @@ class Trainer:
             std=list(self.inputs.std),
         )
 
-    def summary(self, train_seconds: float, in_sync: bool) -> dict[str, Any]:
+    def summary(self, train_seconds: float, in_sync: bool, final: Progress) -> dict[str, Any]:
         state, plan, history = self.state, self.plan, self.state.history
         trained = state.step - state.first_step
         images_per_sec = None
@@ -616,6 +621,7 @@ class Trainer:
             "precision": self.precision.name,
             "device": self.device.type,
             "replicas_in_sync": in_sync,
+            SUMMARY_KEY: final.trainer_status(),  # the final progress figures, as reported
         }
 
     def _barrier(self) -> None:

@@ -73,11 +73,3 @@ class RunLog:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-
-
-def duration(seconds: float) -> str:
-    """``1h05m`` or ``4m07s``."""
-    seconds = int(max(0, seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

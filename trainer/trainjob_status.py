@@ -19,45 +19,33 @@ server-side-applies it to the TrainJob's status and answers 200 (echoing it) or 
 ``metav1.Status``: 403 (token refused), 404, 413 (over 64 KiB), 422 (refused by the schema), 500.
 Kubeflow's own clients send at most one report every 5 s.
 
-:meth:`StatusReporter.update` runs on the training thread: it merges the loop's latest figures and
-leaves a snapshot in a one-item slot (a newer snapshot replaces one not sent yet). A thread of its
-own sends at most one report per ``--progress-report-interval-s``, each bounded by
-``--progress-report-timeout-s``. A failed report is logged (the first of a streak) and never
-reaches training. The final one (100 %, ETA 0) goes out at once, after a report in flight if
-there is one (reports never overtake each other, so the status never goes back), and the end of
-the run waits for it at most one timeout more: a hung server delays nothing else.
+The figures and their form are :mod:`trainer.progress`'s. :meth:`StatusReporter.offer` runs on
+the training thread: it leaves the loop's latest snapshot in a one-item slot (a newer snapshot
+replaces one not sent yet). A thread of its own sends at most one report per
+``--progress-report-interval-s``, each bounded by ``--progress-report-timeout-s``. A failed
+report is logged (the first of a streak) and never reaches training. The final one (100 %, ETA
+0) goes out at once, after a report in flight if there is one (reports never overtake each other,
+so the status never goes back), and the end of the run waits for it at most one timeout more: a
+hung server delays nothing else.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from trainer.progress import Progress
 from trainer.run_log import RunLog
 
 URL_VARIABLE = "KUBEFLOW_TRAINER_SERVER_URL"
 CA_CERT_VARIABLE = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
 TOKEN_VARIABLE = "KUBEFLOW_TRAINER_SERVER_TOKEN"
-INT32_MAX = 2**31 - 1
-METRIC_ORDER = (
-    "loss",
-    "val_loss",
-    "val_accuracy",
-    "images_per_second",
-    "learning_rate",
-    "epoch",
-    "step",
-    "total_steps",
-)
-"""How the metrics are listed in the status (``kubectl describe`` shows them in this order)."""
 ANSWER_BYTES = 4096
 """Of an answer's body, only this much is read (for the message of a refusal)."""
 
@@ -87,44 +75,6 @@ class StatusEndpoint:
             )
         ca_file = environ.get(CA_CERT_VARIABLE, "").strip()
         return cls(url=url, token_file=Path(token), ca_file=Path(ca_file) if ca_file else None)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Progress:
-    """One report's figures: the loop's latest, as it saw them at ``observed_at``."""
-
-    step: int
-    total_steps: int
-    eta_s: float | None
-    """Seconds left at the recent step rate (None: not measured yet)."""
-    metrics: dict[str, float | int] = field(default_factory=dict)
-    observed_at: float = field(default_factory=time.time)
-    final: bool = False
-    """The run is complete: sent at once, and the end of the run waits for it."""
-
-    def trainer_status(self) -> dict[str, Any]:
-        """The ``trainerStatus`` object of the report."""
-        status: dict[str, Any] = {}
-        if self.total_steps > 0:
-            status["progressPercentage"] = max(0, min(100, self.step * 100 // self.total_steps))
-        if self.eta_s is not None and math.isfinite(self.eta_s):
-            status["estimatedRemainingSeconds"] = max(0, min(INT32_MAX, round(self.eta_s)))
-        names = sorted(self.metrics, key=lambda n: (_rank(n), n))
-        status["metrics"] = [{"name": n, "value": metric_text(self.metrics[n])} for n in names]
-        stamp = datetime.fromtimestamp(self.observed_at, UTC)
-        status["lastUpdatedTime"] = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")  # as metav1.Time writes it
-        return status
-
-
-def _rank(name: str) -> int:
-    return METRIC_ORDER.index(name) if name in METRIC_ORDER else len(METRIC_ORDER)
-
-
-def metric_text(value: float | int) -> str:
-    """A metric's value as the API wants it: a short string (``0.2347``, ``1200``, ``nan``)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return f"{float(value):.6g}"
 
 
 @dataclass(frozen=True)
@@ -189,8 +139,6 @@ class StatusReporter:
         self.last_problem: str | None = None
         """What went wrong with the last report that failed."""
         self._failing = False
-        self._figures: dict[str, float | int] = {}
-        self._eta_s: float | None = None
         self._slot = threading.Condition()
         self._pending: Progress | None = None
         self._closing = False
@@ -202,31 +150,13 @@ class StatusReporter:
         self._thread.start()
 
     # -- the training thread -------------------------------------------------------------------
-    def update(
-        self,
-        *,
-        step: int,
-        total_steps: int,
-        eta_s: float | None = None,
-        final: bool = False,
-        **figures: float | int | None,
-    ) -> None:
-        """Take the loop's latest figures (None: unchanged); never waits for the network."""
-        self._figures.update({name: v for name, v in figures.items() if v is not None})
-        self._figures.update(step=step, total_steps=total_steps)
-        if eta_s is not None:
-            self._eta_s = eta_s
-        progress = Progress(
-            step=step,
-            total_steps=total_steps,
-            eta_s=0.0 if final else self._eta_s,
-            metrics=dict(self._figures),
-            final=final,
-        )
+    def offer(self, progress: Progress) -> None:
+        """Take the loop's latest snapshot (it replaces one not sent yet, unless that one is the
+        final one); never waits for the network."""
         with self._slot:
             if self._pending is None or not self._pending.final:
                 self._pending = progress
-            self._final_asked |= final
+            self._final_asked |= progress.final
             self._slot.notify()
 
     def close(self) -> None:

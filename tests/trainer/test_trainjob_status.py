@@ -32,16 +32,14 @@ from tests.trainer.trainjob_status_server import (
 )
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
+from trainer.progress import INT32_MAX, SUMMARY_KEY, Progress, ProgressTracker, metric_text
 from trainer.train import main
 from trainer.trainjob_status import (
     CA_CERT_VARIABLE,
-    INT32_MAX,
     TOKEN_VARIABLE,
     URL_VARIABLE,
-    Progress,
     StatusEndpoint,
     StatusReporter,
-    metric_text,
     post_status,
 )
 
@@ -130,6 +128,8 @@ def test_progress_and_metrics_reach_the_trainjobs_status(
     assert 0.0 <= float(metrics["val_accuracy"]) <= 1.0
     assert float(metrics["loss"]) > 0 and float(metrics["images_per_second"]) > 0
     assert metrics == {m["name"]: m["value"] for m in reports[-1]["metrics"]}
+    # summary.json holds the same final figures, for the launcher on every API and backend.
+    assert summary(out)[SUMMARY_KEY] == reports[-1]
     updated = datetime.strptime(status["lastUpdatedTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     assert abs((datetime.now(UTC) - updated).total_seconds()) < 120
 
@@ -412,12 +412,14 @@ def test_only_the_latest_figures_wait_and_the_final_report_goes_out_at_once(tmp_
         # A timeout shorter than the interval: a final report that waited for the interval
         # would miss close()'s wait.
         reporter = StatusReporter(endpoint, interval_s=interval, timeout_s=1.0, log=log)
-        reporter.update(step=1, total_steps=2000, loss=1.0)
+        figures = ProgressTracker()
+        reporter.offer(figures.update(step=1, total_steps=2000, loss=1.0))
         wait_for(server, 1)
         for step in range(2, 1002):  # far more often than the interval allows
-            reporter.update(step=step, total_steps=2000, eta_s=2000.0 - step, loss=1.0 / step)
+            latest = figures.update(step=step, total_steps=2000, eta_s=2000.0 - step, loss=1 / step)
+            reporter.offer(latest)
         wait_for(server, 2)
-        reporter.update(step=2000, total_steps=2000, final=True)
+        reporter.offer(figures.update(step=2000, total_steps=2000, final=True))
         reporter.close()
     steps = [
         int(next(m["value"] for m in r.trainer_status["metrics"] if m["name"] == "step"))
@@ -451,11 +453,12 @@ def test_a_report_hung_in_flight_does_not_cost_the_final_one(tmp_path, ca):
         reporter = StatusReporter(
             endpoint, interval_s=60.0, timeout_s=timeout, log=RunLog(tmp_path, is_main=True)
         )
-        reporter.update(step=1, total_steps=10, loss=1.0)
+        figures = ProgressTracker()
+        reporter.offer(figures.update(step=1, total_steps=10, loss=1.0))
         deadline = time.monotonic() + 10
         while not requests and time.monotonic() < deadline:
             time.sleep(0.02)
-        reporter.update(step=10, total_steps=10, final=True)
+        reporter.offer(figures.update(step=10, total_steps=10, final=True))
         reporter.close()
         assert (reporter.sent, reporter.failed) == (1, 1), reporter.last_problem
         assert "timed out" in str(reporter.last_problem)
