@@ -1,4 +1,4 @@
-# The one image every pipeline step and every PyTorchJob replica runs (`make image`).
+# The one image every pipeline step and every training node (TrainJob node, PyTorchJob replica) runs (`make image`).
 #
 # Base: an official PyTorch CUDA *runtime* image; its torch/torchvision are built for its CUDA and
 # are kept (never reinstalled from PyPI). Everything else is installed with the exact pins of
@@ -73,5 +73,5 @@ ENV HOME=/home/kfp-ddp \
 # Numeric, so that the kubelet can check runAsNonRoot without reading /etc/passwd.
 USER 1000:1000
 
-# KFP sets the command of every step and the PyTorchJob sets the trainer's; this is for `docker run`.
+# KFP sets the command of every step and the launcher the training nodes'; this is for `docker run`.
 CMD ["kfp-ddp", "--help"]

@@ -1,4 +1,5 @@
-"""Reusable KFP v2 components: S3 sync, the PyTorchJob launcher, evaluation.
+"""Reusable KFP v2 components: S3 sync, the training-job launcher (Kubeflow Trainer v2 TrainJob,
+Training Operator v1 PyTorchJob/TFJob, or local processes), evaluation.
 
 Each subpackage holds plain Python functions (unit-tested without KFP) and a ``component.py``
 with thin KFP wrappers built by factories that take the container image as a compile-time setting.

@@ -27,10 +27,11 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STEP_NAMES = {
     "check-arguments-step": "check the arguments",
     "stage-dataset-step": "stage data from S3",
+    "list-dataset-step": "list the data in S3",
     "training-job-component": "train",
     "evaluate-component": "evaluate",
     "publish-model-step": "publish the model to S3",
-    "cleanup-component": "clean up",
+    "cleanup-component": "delete leftover training jobs",
 }
 STARTED = re.compile(r"Executing task '([^']+)'")
 FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")

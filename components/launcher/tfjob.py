@@ -13,7 +13,8 @@ v1.9 still runs TFJobs). The mapping:
   ``/dev/shm``, PVCs, node selector, tolerations, service account, pull secrets, host network,
   termination grace period, the Istio opt-out and the run labels on the job and its pods;
 - ``runPolicy``: backoff limit, deadline, cleanPodPolicy, TTL and gang scheduling (Volcano),
-  with the PyTorchJob's defaults (OnFailure, backoffLimit 3, cleanPodPolicy Running).
+  with restart policy OnFailure (the TFJob default; a PyTorchJob gets ExitCode), backoffLimit 3,
+  cleanPodPolicy Running.
 
 The job succeeds when the Chief does (the operator's default success policy). What a TFJob
 cannot express (nprocPerNode, elastic policy, runtimes) ``TrainSpec`` refuses for
