@@ -36,6 +36,9 @@ class JobResult:
     """The job already existed for this run and was followed instead of created."""
     watchdog: list[str] = field(default_factory=list)
     """Watchdog reports (pods Pending too long, replicas silent too long)."""
+    trainer_status: dict[str, Any] | None = None
+    """The last ``status.trainerStatus`` seen while following the job (a TrainJob whose trainer
+    reports progress; None elsewhere)."""
 
     @property
     def duration(self) -> float:

@@ -31,6 +31,7 @@ from typing import Any
 from components import DEFAULT_IMAGE
 from components.launcher.launcher import run_job
 from components.launcher.options import BackendOptions, options_for
+from components.launcher.progress import final_progress
 from components.launcher.result import JobCancelled, JobResult
 from components.launcher.spec import (
     NODE_ACCESS_FIELDS,
@@ -398,6 +399,12 @@ def _fill_artifacts(result: JobResult, inputs: TrainingStepInputs, model: Any, m
         value = summary.get(key_name)
         if isinstance(value, int | float) and not isinstance(value, bool):
             metrics.log_metric(key_name, float(value))
+    progress = final_progress(summary, result.trainer_status)
+    if progress is not None:  # by the names the trainer reports; a figure in both: as logged
+        shown = progress.report.line()
+        print(f"[launcher] Metrics: the trainer's final progress ({progress.source}): {shown}")
+        for name, number in progress.report.metrics().items():
+            metrics.log_metric(name, number)
     metrics.log_metric("job_duration_s", float(result.duration_s))
     metrics.log_metric("job_restarts", float(result.restarts))
     from components.artifacts import write_metadata_file

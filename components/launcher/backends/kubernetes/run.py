@@ -2,9 +2,10 @@
 
 discovery (which API; ``auto`` picks TrainJob when Kubeflow Trainer v2 is served) → pre-flight →
 create (HTTP 409 from the same run → re-attach) → follow: every node's log, the job's conditions
-through a watch, the watchdog → Succeeded: result; Failed: the failing pod's reason, events and
-last log lines in ``JobFailed``; past ``timeout_s``: delete, ``JobTimeout``; SIGTERM (pipeline
-cancelled): delete, ``JobCancelled``. ``cleanup`` decides whether a finished job is deleted.
+and reported progress (a TrainJob's ``status.trainerStatus``) through a watch, the watchdog →
+Succeeded: result; Failed: the failing pod's reason, events and last log lines in ``JobFailed``;
+past ``timeout_s``: delete, ``JobTimeout``; SIGTERM (pipeline cancelled): delete,
+``JobCancelled``. ``cleanup`` decides whether a finished job is deleted.
 The wait is our own loop (never an SDK's wait helper, whose timeouts broke the old KFP launcher).
 """
 
@@ -26,6 +27,7 @@ from components.launcher.backends.kubernetes.submit import JobHandle
 from components.launcher.backends.kubernetes.watchdog import Watchdog
 from components.launcher.backends.kubernetes.watching import ResumableWatch
 from components.launcher.options import KubernetesOptions
+from components.launcher.progress import ProgressLog
 from components.launcher.result import (
     JobCancelled,
     JobFailed,
@@ -93,6 +95,7 @@ class _Follow:
         self.start = time.monotonic()
         self.reattached = False
         self.phase = JobPhase(None)
+        self.progress = ProgressLog(run.logs.note)
         self.job_watch = ResumableWatch(
             run.clients.custom.list_namespaced_custom_object,
             (self.api.group, self.api.version, spec.namespace, self.api.plural),
@@ -117,6 +120,7 @@ class _Follow:
             reason=reason,
             reattached=self.reattached,
             watchdog=list(self.run_.watchdog_reports),
+            trainer_status=self.progress.status,
         )
 
     # -- the loop ------------------------------------------------------------------------------
@@ -207,6 +211,7 @@ class _Follow:
                     f"{self.job.title} was deleted by someone else while running",
                     self._result("Failed", "deleted"),
                 )
+            self.progress.observe(job)
             self.suspended = self.api.suspended(job)
             self.phase = self.api.phase(job)
 
