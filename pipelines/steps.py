@@ -60,12 +60,15 @@ def check_arguments_step(
     checkpoints (and, with object-store storage, its model): checkpoint_uri, or its default.
     """
     arguments = dict(locals())
+    from pipelines import parameter_errors
+    from pipelines.late_checks import check_baseline
     from pipelines.training import checkpoint_base
     from pipelines.validation import ArgumentError, check_arguments
 
     try:
         check_arguments(arguments)
-    except ArgumentError as exc:
+        check_baseline(arguments)  # in S3 (this step's credentials), as the evaluation reads it
+    except (ArgumentError, parameter_errors.ArgumentError) as exc:
         for problem in exc.problems:
             print(f"bad argument: {problem}", flush=True)
         raise SystemExit(

@@ -300,6 +300,7 @@ def build_training_pipeline(
             return use_s3_credentials(task, a["credentials_secret"])
 
         check = requesting(check_op(**a).set_display_name("check the arguments"), "check")
+        with_s3(check)  # it reads an s3:// baseline_uri as the evaluation will
 
         if shared:
             data = data_op(

@@ -59,9 +59,12 @@ class ArgumentError(ValueError):
 
 def check_arguments(arguments: Mapping[str, Any]) -> None:
     """Raise ArgumentError listing every problem of ``arguments`` (the pipeline's, all given)."""
+    from pipelines.late_checks import configuration_problems
+
     problems: list[str] = []
     for check in (_uris, _names, _gate, _trainer_args, _training_job):
         problems += check(arguments)
+    problems += [str(error) for error in configuration_problems(arguments)]
     if problems:
         raise ArgumentError(problems)
 

@@ -7,6 +7,7 @@ keys and bad values are refused on construction, naming the option and what is a
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,14 +28,29 @@ class _Options:
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Any:
         data = dict(data or {})
-        known = [f.name for f in dataclasses.fields(cls) if f.metadata.get("json", True)]
+        known = cls.keys()
         unknown = sorted(set(data) - set(known))
         if unknown:
+            nearest = {
+                key: close[0]
+                for key in unknown
+                if (close := difflib.get_close_matches(key, known, n=1, cutoff=0.6))
+            }
+            guesses = [
+                repr(guess) if len(unknown) == 1 else f"{guess!r} for {key!r}"
+                for key, guess in nearest.items()
+            ]
+            did_you_mean = f" (did you mean {', '.join(guesses)}?)" if guesses else ""
             raise SpecError(
-                f"backend_options: unknown option(s) {unknown} for the {cls.BACKEND} backend; "
-                f"valid: {', '.join(known)}"
+                f"backend_options: unknown option(s) {unknown} for the {cls.BACKEND} backend"
+                f"{did_you_mean}; valid: {', '.join(known)}"
             )
         return cls(**data)
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        """The options the step's JSON may set (not the code-only ones)."""
+        return [f.name for f in dataclasses.fields(cls) if f.metadata.get("json", True)]
 
     def _positive(self, name: str, *, optional: bool = True) -> None:
         value = getattr(self, name)

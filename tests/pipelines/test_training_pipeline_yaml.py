@@ -227,7 +227,13 @@ def test_kubernetes_platform_config(docs: tuple[dict, dict]) -> None:
         }
     # Publishing needs no volume: it stages in its own temporary folder, then uploads.
     assert "pvcMount" not in executors[_executor_of(pipeline_doc, tasks["publish-model-step"])]
-    for task_name in ("stage-dataset-step", "publish-model-step", "evaluate-component"):
+    # The check reads an s3:// baseline_uri as the evaluation will.
+    for task_name in (
+        "check-arguments-step",
+        "stage-dataset-step",
+        "publish-model-step",
+        "evaluate-component",
+    ):
         (secret,) = executors[_executor_of(pipeline_doc, tasks[task_name])]["secretAsEnv"]
         assert secret["secretNameParameter"] == {
             "componentInputParameter": "pipelinechannel--credentials_secret"
