@@ -40,15 +40,6 @@ class JobResult:
     """The last ``status.trainerStatus`` seen while following the job (a TrainJob whose trainer
     reports progress; None elsewhere)."""
 
-    @property
-    def duration(self) -> float:
-        """Alias of ``duration_s``."""
-        return self.duration_s
-
-    @property
-    def succeeded(self) -> bool:
-        return self.phase == "Succeeded"
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
