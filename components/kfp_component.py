@@ -10,14 +10,23 @@ from kfp.dsl.python_component import PythonComponent
 from components import DEFAULT_IMAGE
 
 
-def make_component(func: Callable, *, image: str = DEFAULT_IMAGE) -> PythonComponent:
+def make_component(
+    func: Callable, *, image: str = DEFAULT_IMAGE, task_config_passthroughs: list | None = None
+) -> PythonComponent:
     """Build the component of ``func`` to run on ``image``.
 
     The image already has kfp and this package installed, so nothing is pip-installed at run time
     (``install_kfp_package=False``); that also keeps ``kfp.local`` runs from touching the venv.
+    ``task_config_passthroughs``: the task settings KFP forwards to ``func``'s ``dsl.TaskConfig``
+    input instead of (or besides) applying them to the step's pod.
     """
     if not image or any(c.isspace() for c in image):
         raise ValueError(
             f"image={image!r} is not a container image reference, e.g. {DEFAULT_IMAGE!r}"
         )
-    return dsl.component(func, base_image=image, install_kfp_package=False)
+    return dsl.component(
+        func,
+        base_image=image,
+        install_kfp_package=False,
+        task_config_passthroughs=task_config_passthroughs,
+    )

@@ -278,7 +278,10 @@ def build_training_pipeline(
     shared = storage == "shared-volume"
     check_op = make_component(check_arguments_step, image=image)
     data_op = make_component(stage_dataset_step if shared else list_dataset_step, image=image)
-    train_op = make_training_job_op(image)
+    # The step's own pod requests STEP_REQUESTS and mounts the workspace; the nodes' sizes are
+    # parameters. A component with task_config_passthroughs would send the step's requests to
+    # the nodes instead (and KFP refuses requests on such a task unless RESOURCES is forwarded).
+    train_op = make_training_job_op(image, forward_task_config=False)
     evaluate_op = make_evaluate_op(image)
     cleanup_op = make_cleanup_op(image)
     publish_op = make_component(publish_model_step, image=image)

@@ -12,7 +12,7 @@ every API (selected by the run-id label), so a cancelled run leaves no GPUs busy
 """
 
 # No `from __future__ import annotations`: KFP reads the real annotation objects.
-from kfp.dsl import Metrics, Model, Output
+from kfp.dsl import Metrics, Model, Output, TaskConfig
 from kfp.dsl.python_component import PythonComponent
 
 from components import DEFAULT_IMAGE
@@ -55,6 +55,7 @@ def training_job_component(
     retrain_token: str = "",
     run_id: str = "",
     task_name: str = "train",
+    task_config: TaskConfig = None,
 ):
     """Train on a cluster (TrainJob, PyTorchJob or TFJob) or locally; output the model and summary.
 
@@ -108,6 +109,11 @@ def training_job_component(
         run_id: the KFP run id; empty reads it from the output artifact's URI.
         task_name: the task name in the job's labels and default name; give every training
             task of a pipeline its own.
+        task_config: filled by KFP's backend (2.15.0+) from the training task's own settings,
+            never passed: .set_accelerator_type()/.set_accelerator_limit() (GPUs per node),
+            .set_cpu_request()/.set_memory_request() and limits (per node), env,
+            kubernetes.add_toleration(), add_node_selector(), add_node_affinity(), mount_pvc(),
+            use_secret_as_env()... A setting also given by a parameter must agree with it.
 
     Returns:
         model: the model folder: weights.pt, model.json, metrics.jsonl, summary.json; metadata:
@@ -138,9 +144,20 @@ def cleanup_component(run_id: str, namespace: str, backend: str) -> int:
     return cleanup_step(run_id=run_id, namespace=namespace, backend=backend)
 
 
-def make_training_job_op(image: str = DEFAULT_IMAGE) -> PythonComponent:
-    """The training component on ``image``; its training nodes run ``image`` too by default."""
-    op = make_component(training_job_component, image=image)
+def make_training_job_op(
+    image: str = DEFAULT_IMAGE, *, forward_task_config: bool = True
+) -> PythonComponent:
+    """The training component on ``image``; its training nodes run ``image`` too by default.
+
+    ``forward_task_config``: declare ``task_config_passthroughs`` (``task_config.passthroughs``):
+    the task's resources, tolerations, node selector and affinity go to the job's nodes, not to
+    this step's pod; its env and volumes to both. False: the task's settings are this step's
+    own, as for any component (KFP then refuses none of them).
+    """
+    from components.launcher.task_config import passthroughs
+
+    forwarded = passthroughs() if forward_task_config else None
+    op = make_component(training_job_component, image=image, task_config_passthroughs=forwarded)
     # The source's literal default is the release image; the component's spec says which image
     # this one runs (KFP passes the spec's default to the function).
     op.component_spec.inputs["image"].default = image

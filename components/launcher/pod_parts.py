@@ -37,7 +37,8 @@ def resources(spec: TrainSpec) -> k8s.V1ResourceRequirements | None:
 
 
 def volumes(spec: TrainSpec) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount]]:
-    """The memory-backed /dev/shm and the PVCs, with their mounts in the training container."""
+    """The memory-backed /dev/shm and the PVCs, with their mounts in the training container,
+    then ``pod_extras``' volumes and mounts (Kubernetes JSON, serialised as they are)."""
     found: list[k8s.V1Volume] = []
     mounts: list[k8s.V1VolumeMount] = []
     if spec.shm_size:
@@ -64,7 +65,7 @@ def volumes(spec: TrainSpec) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount
         mounts.append(
             k8s.V1VolumeMount(name=name, mount_path=pvc.path, read_only=pvc.read_only or None)
         )
-    return found, mounts
+    return found + spec.pod_extras.volumes, mounts + spec.pod_extras.volume_mounts
 
 
 def tolerations(spec: TrainSpec) -> list[k8s.V1Toleration] | None:
@@ -129,8 +130,9 @@ def s3_env(spec: TrainSpec) -> list[k8s.V1EnvVar]:
 
 
 def env_vars(spec: TrainSpec) -> list[k8s.V1EnvVar] | None:
+    """The plain values, the S3 settings, then ``pod_extras``' references (Kubernetes JSON)."""
     plain_env = [k8s.V1EnvVar(name=k, value=v) for k, v in spec.merged_env().items()]
-    return plain_env + s3_env(spec) or None
+    return plain_env + s3_env(spec) + spec.pod_extras.env or None
 
 
 def stage_init_container(spec: TrainSpec) -> k8s.V1Container | None:

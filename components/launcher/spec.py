@@ -26,6 +26,7 @@ from components.launcher.names import (
     derive_job_name,
     run_labels,
 )
+from components.launcher.pod_extras import PodExtras
 from components.launcher.sizing import SHM_PER_PROCESS_GI
 from components.launcher.spec_rules import (
     APIS,
@@ -55,6 +56,7 @@ __all__ = [  # the spec's vocabulary lives in spec_rules; importers find it here
     "NCCL_PRESETS",
     "NODE_ACCESS_FIELDS",
     "NODE_OUTPUT",
+    "PodExtras",
     "PvcMount",
     "RESTART_POLICIES",
     "RUNTIME_KINDS",
@@ -230,6 +232,9 @@ class TrainSpec(SpecChecks):
     tolerations: list[dict[str, Any]] = field(default_factory=list, metadata=_flag("--toleration"))
     """Pod tolerations KEY[=VALUE][:EFFECT] (dicts with key, operator, value, effect,
     toleration_seconds from Python)."""
+    pod_extras: PodExtras | None = None
+    """Pod settings as Kubernetes JSON (JSON object of affinity, env with valueFrom, volumes,
+    volume_mounts): what a KFP task forwards beyond the fields above (see pod_extras.py)."""
     service_account: str | None = None
     """Service account of the pods."""
     image_pull_secrets: list[str] = field(
@@ -478,6 +483,10 @@ class TrainSpec(SpecChecks):
         if self.shm_size == "auto":
             self.shm_size = self._auto_shm()
         self.pvcs = [PvcMount.coerce(p) for p in self.pvcs]
+        try:
+            self.pod_extras = PodExtras.coerce(self.pod_extras)
+        except ValueError as exc:
+            raise SpecError(f"TrainSpec.{exc}") from exc
         self.tolerations = [
             parse_toleration(t) if isinstance(t, str) else t for t in self.tolerations
         ]

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from components import DEFAULT_IMAGE
-from components.launcher import monitoring
+from components.launcher import monitoring, pod_extras
 from components.launcher.names import (
     DNS1035,
     DNS1123_LABEL,
@@ -229,6 +229,8 @@ class SpecChecks:
         self._check_policies()
         self._check_api_support()
         for name, why in monitoring.spec_problems(self):
+            self._fail(name, why)
+        for name, why in pod_extras.spec_problems(self):
             self._fail(name, why)
 
     def _check_identity(self) -> None:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from kfp.dsl import TaskConfig
+
 from components import DEFAULT_IMAGE
 from components.launcher.launcher import run_job
 from components.launcher.options import BackendOptions, options_for
@@ -143,6 +145,12 @@ class TrainingStepInputs:
     """The KFP run id; '' reads it from the output artifact's URI."""
     task_name: str = "train"
     """The task's name in the job's labels and default name."""
+    task_config: TaskConfig | None = None
+    """filled by KFP's backend (2.15.0+) from the training task's own settings,
+    never passed: .set_accelerator_type()/.set_accelerator_limit() (GPUs per node),
+    .set_cpu_request()/.set_memory_request() and limits (per node), env,
+    kubernetes.add_toleration(), add_node_selector(), add_node_affinity(), mount_pvc(),
+    use_secret_as_env()... A setting also given by a parameter must agree with it."""
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -244,7 +252,9 @@ def run_key(inputs: TrainingStepInputs) -> str:
     extra = json.dumps(
         [list(inputs.trainer_args or []), overrides, inputs.retrain_token], sort_keys=True
     )
-    nproc = inputs.nproc_per_node or inputs.gpus_per_worker or 1
+    from components.launcher.task_config import task_gpus
+
+    nproc = inputs.nproc_per_node or inputs.gpus_per_worker or task_gpus(inputs.task_config) or 1
     settings = (
         f"{inputs.model_name or 'default'}-s{inputs.image_size or 'd'}-e{inputs.epochs or 'd'}"
         f"-b{inputs.batch_size or 'd'}-lr{inputs.lr or 'd'}-n{inputs.workers}x{nproc}"
@@ -316,7 +326,12 @@ def training_spec(inputs: TrainingStepInputs, *, run_id: str) -> TrainSpec:
             "compiles the pipeline: cluster_settings_json (build_training_pipeline("
             "cluster_settings=...), kfp-ddp compile --cluster-settings)"
         )
-    return TrainSpec.from_overrides(base, cluster | overrides.spec_fields)
+    from components.launcher.task_config import merge_task_config
+
+    given = merge_task_config(
+        inputs.task_config, parameters=base, overrides=overrides.spec_fields, cluster=cluster
+    )
+    return TrainSpec.from_overrides(base, given)
 
 
 def cluster_settings(text: str) -> dict[str, Any]:

@@ -11,9 +11,10 @@ allow only the pod fields the Trainer API lets a TrainJob patch, and serialised 
   an extended-resource limit, CPU, memory);
 - ``runtimePatches`` (manager ``kfp-ddp.io/launcher``) for what a TrainJob has no field for:
   the pods' labels and annotations (the Istio opt-out), service account, node selector,
-  tolerations, image pull secrets, termination grace period, the pod's and the ``node``
+  affinity, tolerations, image pull secrets, termination grace period, the pod's and the ``node``
   container's securityContext (``pod_security``), the ``/dev/shm`` emptyDir, the staging volume
-  and PVC volumes with their mounts in the ``node`` container;
+  and PVC volumes with their mounts in the ``node`` container, ``pod_extras``' volumes and
+  mounts;
 - the run-scoped labels and the Kueue queue label on the TrainJob (queued jobs start suspended,
   Kueue admits them), ``activeDeadlineSeconds``.
 
@@ -81,6 +82,9 @@ def _pod_spec_patch(spec: TrainSpec) -> tm.TrainerV1alpha1PodSpecPatch:
         containers=[container] if container else None,
         volumes=[tm.IoK8sApiCoreV1Volume.from_dict(v) for v in pod_parts.plain(volumes)] or None,
         nodeSelector=dict(spec.node_selector) or None,
+        affinity=tm.IoK8sApiCoreV1Affinity.from_dict(spec.pod_extras.affinity)
+        if spec.pod_extras.affinity
+        else None,
         tolerations=[tm.IoK8sApiCoreV1Toleration.from_dict(t) for t in pod_parts.plain(tolerations)]
         if tolerations
         else None,
