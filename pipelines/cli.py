@@ -219,7 +219,8 @@ def run_local_command(
     """Run the whole pipeline on this machine with kfp.local and the local launcher backend.
 
     S3 credentials and endpoint come from the environment (AWS_ACCESS_KEY_ID,
-    AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3) or -p s3_endpoint=URL.
+    AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3) or -p s3_endpoint=URL. Exits 1 when a step
+    fails or the evaluation gate holds the model back (the message says why).
     """
     from pipelines.local_run import LocalRunError, run_local
 
@@ -239,6 +240,9 @@ def run_local_command(
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(result.describe())
+    failure = result.gate_failure()
+    if failure:  # the model was held back: exit 1, so that a script or CI sees it
+        raise click.ClickException(failure)
 
 
 @main.command("upload")

@@ -74,13 +74,27 @@ class LocalRun:
         if self.model_dir:
             lines.append(f"model:       {self.model_dir}")
         if self.passed is not None:
-            lines.append(f"gate:        {'passed' if self.passed else 'failed'}")
+            reason = self.evaluation.get("reason")
+            verdict = "passed" if self.passed else "failed"
+            lines.append(f"gate:        {verdict}{f' ({reason})' if reason else ''}")
         if self.cached_tasks:
             lines.append(
                 f"from cache:  {', '.join(self.cached_tasks)} (data and settings unchanged)"
             )
         lines.append(f"published:   {self.published_uri or 'no'}")
         return "\n".join(lines)
+
+    def gate_failure(self) -> str | None:
+        """Why the model was held back by the evaluation gate (None: it passed, or no
+        evaluation ran)."""
+        if self.passed is not False:
+            return None
+        reason = self.evaluation.get("reason") or "see the report"
+        report = f"; report: {self.report}" if self.report else ""
+        return (
+            f"the evaluation gate failed: {reason}; the model was not published (lower "
+            f"accuracy_threshold or tolerance, or train longer){report}"
+        )
 
 
 def _read_json(path: Path) -> Any:

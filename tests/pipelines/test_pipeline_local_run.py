@@ -4,11 +4,14 @@ Tiny data and model, one epoch: these check the wiring and both branches of the 
 accuracy (tests/demo does that on real data).
 """
 
+import re
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from components.s3_sync import sync
+from pipelines.cli import main
 from pipelines.local_run import run_local
 from tests.image_data import write_image_folder
 
@@ -73,15 +76,23 @@ def test_shared_volume_gate_passes_and_the_model_is_published(dataset_uri, s3_se
     assert (frozen / "train").is_dir() and (frozen / "val").is_dir()
 
 
-def test_gate_fails_and_nothing_is_published(dataset_uri, s3_server, tmp_path):
+def test_gate_fails_run_local_exits_1_and_nothing_is_published(dataset_uri, s3_server, tmp_path):
+    """Through the CLI: a model the gate holds back is no success (exit 1, saying why)."""
     # An accuracy of 1.0 on noisy data after one epoch is not reachable: the gate must hold.
     publish = f"{dataset_uri.rsplit('/', 1)[0]}/models-failed"
     # checkpoints elsewhere (by default they go under <publish_uri>/training/)
     checkpoints = f"{dataset_uri.rsplit('/', 1)[0]}/checkpoints-failed"
     arguments = _arguments(dataset_uri, s3_server, 1.0, publish) | {"checkpoint_uri": checkpoints}
-    run = run_local(arguments, workspace=tmp_path / "ws")
-    assert run.passed is False
-    assert run.published_uri is None
+    params = [f"-p{name}={value}" for name, value in arguments.items()]
+    result = CliRunner().invoke(main, ["run-local", "--workspace", str(tmp_path / "ws"), *params])
+    assert result.exit_code == 1, result.output
+    assert re.search(r"gate: +failed \(accuracy [0-9.]+ < threshold 1", result.output)
+    assert "published:   no" in result.output
+    assert re.search(
+        r"Error: the evaluation gate failed: accuracy [0-9.]+ < threshold 1 .*; the model was "
+        r"not published \(lower accuracy_threshold or tolerance, or train longer\); report: ",
+        result.output,
+    )
     assert _published(s3_server, publish + "/") == []
     assert any(k.endswith("/COMPLETE") for k in _keys(s3_server, checkpoints))
 
