@@ -37,9 +37,9 @@ from components.launcher.spec_rules import (
     NODE_OUTPUT,
     RESTART_POLICIES,
     RUNTIME_KINDS,
-    STAGE_ROOT,
     STAGE_CACHE,
     STAGE_CACHE_KEEP,
+    STAGE_ROOT,
     STAGED_DATA,
     TOLERATION_EFFECTS,
     TOLERATION_OPERATORS,
@@ -61,9 +61,9 @@ __all__ = [  # the spec's vocabulary lives in spec_rules; importers find it here
     "RESTART_POLICIES",
     "RUNTIME_KINDS",
     "SHM_PER_PROCESS_GI",
+    "STAGE_CACHE",
     "STAGED_DATA",
     "STAGE_ROOT",
-    "STAGE_CACHE",
     "SpecError",
     "TOLERATION_EFFECTS",
     "TOLERATION_OPERATORS",
@@ -365,13 +365,13 @@ class TrainSpec(SpecChecks):
         """The staging volume's sizeLimit (None without staging): see ``sizing``."""
         if not self.stage_data_uri:
             return None
+        if self.stage_cache_host_path:  # the data lives in the cache: checkpoints and outputs
+            return sizing.stage_volume_size(0, self.checkpoint_space)
         return sizing.stage_volume_size(self.stage_data_bytes, self.checkpoint_space)
 
     def disk(self) -> str:
         """The pod's ephemeral-storage request (and limit): given, or the staging volume + 4Gi."""
         return self.ephemeral_storage or sizing.ephemeral_storage(self.stage_volume_size())
-        if self.stage_cache_host_path:  # the data lives in the cache: checkpoints and outputs
-            return sizing.stage_volume_size(0, self.checkpoint_space)
 
     def warnings(self) -> list[str]:
         """Settings that are valid but likely wasteful or incomplete (logged, not refused)."""
@@ -420,12 +420,12 @@ class TrainSpec(SpecChecks):
             "--link",
             STAGED_DATA,
             *(["--expect-digest", self.stage_data_digest] if self.stage_data_digest else []),
+            *(["--keep-snapshots", str(STAGE_CACHE_KEEP)] if self.stage_cache_host_path else []),
         ]
 
     def job_labels(self) -> dict[str, str]:
         """Labels on the job and its pods: user labels, run id, task, Kueue queue."""
         labels = dict(self.labels) | run_labels(self.run_id, self.task_name)
-            *(["--keep-snapshots", str(STAGE_CACHE_KEEP)] if self.stage_cache_host_path else []),
         if self.kueue_queue:
             labels[KUEUE_QUEUE_LABEL] = self.kueue_queue
         return labels

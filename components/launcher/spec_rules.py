@@ -418,10 +418,10 @@ class SpecChecks:
     def _check_volumes(self) -> None:
         self._check_staging()
         seen: set[str] = {STAGE_ROOT} if self.stage_data_uri else set()
-        for p in self.pvcs:
-            if len(p.claim) > 253 or not DNS1123_SUBDOMAIN.match(p.claim):
         if self.stage_cache_host_path:
             seen.add(STAGE_CACHE)
+        for p in self.pvcs:
+            if len(p.claim) > 253 or not DNS1123_SUBDOMAIN.match(p.claim):
                 self._fail("pvcs", f"claim {p.claim!r} is not a valid PVC name")
             if not p.path.startswith("/") or p.path in seen or p.path == "/dev/shm":
                 self._fail(
