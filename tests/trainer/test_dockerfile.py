@@ -43,11 +43,12 @@ def test_the_image_runs_as_the_non_root_user_the_launcher_asks_for():
     assert users, "Dockerfile: no USER: the image would run as root"
     spec = TrainSpec(name="j")
     assert users[-1] == f"{spec.run_as_user}:{spec.run_as_group}"
-    assert re.search(r"^ARG APP_UID=%d$" % spec.run_as_user, text, re.M)
-    assert re.search(r"^ARG APP_GID=%d$" % spec.run_as_group, text, re.M)
-    assert "useradd --uid \"${APP_UID}\"" in text and "--create-home --home-dir /home/kfp-ddp" in text
+    assert re.search(rf"^ARG APP_UID={spec.run_as_user}$", text, re.M)
+    assert re.search(rf"^ARG APP_GID={spec.run_as_group}$", text, re.M)
+    assert 'useradd --uid "${APP_UID}"' in text
+    assert "--create-home --home-dir /home/kfp-ddp" in text
     assert re.search(r"HOME=/home/kfp-ddp", text) and "XDG_CACHE_HOME=/home/kfp-ddp/.cache" in text
     for folder in ("/gcs", "/minio", "/s3"):  # where KFP's launcher writes the artifacts
-        assert re.search(r"mkdir -p[^\n]*%s" % folder, text), folder
+        assert re.search(rf"mkdir -p[^\n]*{folder}", text), folder
     # Nothing runs as root after the switch.
     assert text.index(f"USER {users[-1]}") > text.rindex("RUN ")

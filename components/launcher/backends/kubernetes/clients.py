@@ -55,5 +55,3 @@ class Clients:
             custom=client.CustomObjectsApi(api),
             authz=client.AuthorizationV1Api(api),
         )
-
-
