@@ -157,6 +157,16 @@ def compile_command(
         )
 
 
+@main.command("parameters")
+@_storage_option
+@_image_option
+def parameters_command(storage: str, image: str) -> None:
+    """List the pipeline's parameters (-p NAME=VALUE): type, default and what each does."""
+    from pipelines.parameters import listing
+
+    click.echo(listing(storage, image=image))
+
+
 @main.command("compile-components")
 @_image_option
 @click.option(

@@ -15,51 +15,20 @@
 
 # No `from __future__ import annotations`: KFP reads the artifact types from real annotations.
 
+import dataclasses
 from typing import NamedTuple
 
 from kfp.dsl import HTML, Dataset, Input, Model, Output
 
+from components.kfp_function import REQUIRED
 
-def check_arguments_step(
-    data_uri: str,
-    publish_uri: str,
-    s3_endpoint: str,
-    credentials_secret: str,
-    workspace_pvc: str,
-    image: str,
-    namespace: str,
-    job_api: str,
-    workers: int,
-    gpus_per_worker: int,
-    nproc_per_node: int,
-    cpu_per_worker: str,
-    memory_per_worker: str,
-    model: str,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    image_size: int,
-    checkpoint_interval: int,
-    checkpoint_uri: str,
-    metrics_port: int,
-    trainer_args: list,
-    train_overrides: str,
-    retrain_token: str,
-    accuracy_threshold: float,
-    baseline_uri: str,
-    tolerance: float,
-    backend: str,
-    workspace_path: str,
-    storage: str,
-    cluster_settings: str,
-) -> str:
-    """Check every pipeline argument; fail with one line per problem (parameter, value, fix).
 
-    Its parameters are the pipeline's (a test holds them equal) plus the compile-time backend,
-    workspace_path, storage and cluster_settings. Returns where the training keeps its
-    checkpoints (and, with object-store storage, its model): checkpoint_uri, or its default.
+def run_argument_check(arguments: dict) -> str:
+    """The check step's work: fail with one line per problem (parameter, value, fix).
+
+    Returns where the training keeps its checkpoints (and, with object-store storage, its
+    model): checkpoint_uri, or its default.
     """
-    arguments = dict(locals())
     from pipelines import parameter_errors
     from pipelines.late_checks import check_baseline
     from pipelines.training import checkpoint_base
@@ -76,6 +45,46 @@ def check_arguments_step(
         ) from None
     print("all pipeline arguments are valid")
     return checkpoint_base(arguments)
+
+
+def _check_step():
+    """``check_arguments_step``: a KFP function whose parameters are the pipeline's (declared
+    once, in ``pipelines.parameters``) plus the compile-time choices; it calls
+    ``run_argument_check`` with all of them."""
+    from components.kfp_function import kfp_function
+    from components.kfp_function import literal as _literal
+    from pipelines.parameters import COMPILE_TIME, PARAMETERS, function_inputs
+
+    inputs = [
+        dataclasses.replace(i, default=REQUIRED, doc="")
+        for i in function_inputs(PARAMETERS, image="")
+    ] + list(COMPILE_TIME)
+    given = "".join(f"        {_literal(i.name)}: {i.name},\n" for i in inputs)
+    return kfp_function(
+        "check_arguments_step",
+        inputs,
+        doc=(
+            "Check every pipeline argument; fail with one line per problem (parameter, value, "
+            "fix).\n\nIts parameters are the pipeline's (pipelines.parameters) plus the "
+            "compile-time backend,\nworkspace_path, storage and cluster_settings. Returns where "
+            "the training keeps its\ncheckpoints (and, with object-store storage, its model): "
+            "checkpoint_uri, or its default."
+        ),
+        body=f"""
+from pipelines.steps import run_argument_check
+
+return run_argument_check(
+    {{
+{given}    }}
+)
+""",
+        returns="str",
+        namespace={},
+        module=__name__,
+    )
+
+
+check_arguments_step = _check_step()
 
 
 def stage_dataset_step(

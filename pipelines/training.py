@@ -48,8 +48,6 @@ kfp-kubernetes settings, so local runs take them from the caller's environment.
 
 # No `from __future__ import annotations`: KFP reads the artifact types from real annotations.
 
-import functools
-import inspect
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -63,8 +61,6 @@ WORKSPACE_MOUNT_PATH = "/workspace"
 """Where the workspace PVC is mounted in every step (compile time: kfp-kubernetes wants a str)."""
 BACKENDS = ("kubernetes", "local")
 STORAGE_MODES = ("object-store", "shared-volume")
-SHARED_VOLUME_ONLY = ("workspace_pvc",)
-"""Pipeline parameters the object-store pipeline does not declare."""
 DEFAULT_STORAGE = "object-store"
 """No claim at all: what runs on any cluster (RWO-only storage classes included)."""
 STEP_REQUESTS = {
@@ -110,41 +106,26 @@ def training_step_inputs(
     ``pvc_name`` are the shared-volume storage's (the frozen data folder, the claim); with
     object-store storage every node stages ``data_uri`` itself and writes on its own disk.
     """
+    from pipelines.parameters import step_parameters
+
     a = arguments
     workspace_path = a["workspace_path"]
     shared = a.get("storage", DEFAULT_STORAGE) == "shared-volume"
-    return {
-        "api": a["job_api"],
+    # Every parameter that sets a step input as it is (the declarations say which)...
+    inputs = {name: a[parameter] for name, parameter in step_parameters().items()}
+    # ...and what the pipeline derives from its storage, its steps and its compile-time choices.
+    return inputs | {
         "name": "",
-        "namespace": a["namespace"],
-        "image": a["image"],
-        "workers": a["workers"],
-        "nproc_per_node": a["nproc_per_node"],
-        "gpus_per_worker": a["gpus_per_worker"],
-        "cpu_request": a["cpu_per_worker"],
-        "memory_request": a["memory_per_worker"],
         "data_dir": data_dir if shared else "",
         "output_dir": f"{workspace_path}/train" if shared else "",
         "data_uri": "" if shared else a["data_uri"],
         "checkpoint_uri": checkpoint_uri,
-        "s3_endpoint": a["s3_endpoint"],
-        "s3_credentials_secret": a["credentials_secret"],
-        "trainer_args": a["trainer_args"],
-        "model_name": a["model"],
-        "epochs": a["epochs"],
-        "batch_size": a["batch_size"],
-        "lr": a["lr"],
-        "image_size": a["image_size"],
-        "checkpoint_every_steps": a["checkpoint_interval"],
-        "metrics_port": a["metrics_port"],
         "backend": a["backend"],
         "pvc_name": pvc_name if shared else "",
         "pvc_mount_path": workspace_path if shared else "",
         "data_digest": data_digest,
         "data_bytes": 0 if shared else data_bytes,
-        "overrides_json": a["train_overrides"],
         "cluster_settings_json": a.get("cluster_settings", ""),
-        "retrain_token": a["retrain_token"],
     }
 
 
@@ -203,12 +184,6 @@ def cluster_settings_json(settings: Mapping[str, Any] | None) -> str:
             '{"pod_security": "privileged", "stage_cache_host_path": "/mnt/kfp-ddp-cache"}'
         )
     return json.dumps(settings, sort_keys=True) if settings else ""
-
-
-def _parameters(frame: Any, names: Mapping[str, Any]) -> dict[str, Any]:
-    """The values of the parameters of the function running in ``frame`` (not its closure)."""
-    code = frame.f_code
-    return {name: names[name] for name in code.co_varnames[: code.co_argcount]}
 
 
 def _check_build_options(backend: str, storage: str, workspace_size: str | None) -> None:
@@ -367,81 +342,9 @@ def build_training_pipeline(
             with dsl.Else(name="not-passed"):
                 when_done(evaluation)
 
-    def training_pipeline(
-        data_uri: str,
-        publish_uri: str,
-        s3_endpoint: str = "",
-        credentials_secret: str = "s3-credentials",
-        workspace_pvc: str = "kfp-ddp-workspace",
-        image: str = image,
-        namespace: str = "",
-        job_api: str = "auto",
-        workers: int = 2,
-        gpus_per_worker: int = 1,
-        nproc_per_node: int = 0,
-        cpu_per_worker: str = "",
-        memory_per_worker: str = "",
-        model: str = "resnet18",
-        epochs: int = 10,
-        batch_size: int = 64,
-        lr: float = 0.1,
-        image_size: int = 32,
-        checkpoint_interval: int = 200,
-        checkpoint_uri: str = "",
-        metrics_port: int = 0,
-        trainer_args: list = [],  # noqa: B006 (a KFP parameter default, never mutated)
-        train_overrides: str = "{}",
-        retrain_token: str = "",
-        accuracy_threshold: float = 0.9,
-        baseline_uri: str = "",
-        tolerance: float = 0.01,
-    ) -> None:
-        """The parameters (see README): data, workspace, the job's size, training, gate, publish.
-
-        Args:
-            data_uri: s3://bucket/prefix of the ImageFolder (train/ and val/ class folders).
-            publish_uri: s3://bucket/prefix; a model that passes the gate goes to
-                publish_uri/<run id>/.
-            s3_endpoint: URL of an S3-compatible endpoint (MinIO, Ceph...); empty for AWS.
-            credentials_secret: Kubernetes Secret with AWS_ACCESS_KEY_ID and
-                AWS_SECRET_ACCESS_KEY.
-            workspace_pvc: the existing ReadWriteMany claim shared by the steps and the
-                nodes (shared-volume storage only).
-            image: image of the training nodes.
-            namespace: namespace of the training job; empty for the pipeline's own.
-            job_api: trainjob (Kubeflow Trainer v2), pytorchjob (Training Operator v1) or auto
-                (whichever the cluster serves; TrainJob when both are).
-            workers: training nodes (pods).
-            gpus_per_worker: GPUs per node (0 trains on CPUs with gloo).
-            nproc_per_node: processes per node; 0 starts one per GPU.
-            cpu_per_worker: CPU request per node, e.g. 16; empty for none.
-            memory_per_worker: memory request per node, e.g. 128Gi; empty for none.
-            model: torchvision classification model name, e.g. resnet50.
-            epochs: training epochs.
-            batch_size: batch size per process.
-            lr: base learning rate per 256 images (scaled by the global batch).
-            image_size: input image size in pixels.
-            checkpoint_interval: checkpoint every N steps (and at the end).
-            checkpoint_uri: s3://bucket/prefix where the trainer mirrors its checkpoints (a
-                new pod, on any node, resumes from there) and, with object-store storage,
-                uploads the model; empty: publish_uri/training with object-store storage, no
-                mirror with shared-volume storage.
-            metrics_port: Prometheus metrics port of every trainer process (local rank k
-                on metrics_port + k) with a PodMonitor and hang/throughput alerts beside the
-                job (see README, Monitoring); 0: off.
-            trainer_args: more trainer flags, e.g. ["--augment", "none"] (python -m
-                trainer.train --help lists them; the flags of the parameters above are refused).
-            train_overrides: JSON object of more launcher settings (shm_size, nccl_preset,
-                tolerations, runtime_name, ...; "backend_options" for the launcher itself).
-            retrain_token: any new value (e.g. today's date) trains from scratch in a fresh
-                folder and misses the cache.
-            accuracy_threshold: minimum validation accuracy to publish, between 0 and 1.
-            baseline_uri: an earlier model's eval.json (s3:// or a path) to compare against;
-                empty for none.
-            tolerance: allowed accuracy drop below the baseline, between 0 and 1.
-        """
-        # Every parameter, by name (no second list to keep in sync), and the compile-time ones.
-        arguments = _parameters(inspect.currentframe(), locals())
+    def training_pipeline(**given: Any) -> None:
+        arguments = dict(given)
+        namespace = arguments["namespace"]
         arguments |= {"backend": backend, "workspace_path": workspace_path, "storage": storage}
         arguments["cluster_settings"] = settings
         cleanup = cleanup_op(
@@ -450,7 +353,7 @@ def build_training_pipeline(
         requesting(cleanup, "cleanup").set_caching_options(False)
         if workspace_size is None:
             with dsl.ExitHandler(cleanup, name="train-evaluate-publish"):
-                steps(arguments, pvc_name=workspace_pvc)
+                steps(arguments, pvc_name=arguments["workspace_pvc"])
             return
         # KFP allows one exit handler per pipeline and an exit task may depend on no other
         # task, so the exit handler deletes leftover training jobs (GPUs cost more than storage)
@@ -473,8 +376,9 @@ def build_training_pipeline(
                 ),
             )
 
-    declared = training_pipeline if shared else _without(training_pipeline, SHARED_VOLUME_ONLY)
-    return dsl.pipeline(name=PIPELINE_NAME, description=DESCRIPTIONS[storage])(declared)
+    return dsl.pipeline(name=PIPELINE_NAME, description=DESCRIPTIONS[storage])(
+        declared_pipeline(training_pipeline, storage=storage, image=image)
+    )
 
 
 def requesting(task: "dsl.PipelineTask", step: str) -> "dsl.PipelineTask":
@@ -483,21 +387,31 @@ def requesting(task: "dsl.PipelineTask", step: str) -> "dsl.PipelineTask":
     return task.set_cpu_request(cpu).set_memory_request(memory)
 
 
-def _without(pipeline_func: Callable[..., None], names: tuple[str, ...]) -> Callable[..., None]:
-    """``pipeline_func`` declaring no parameters ``names`` (KFP reads the signature): they keep
-    their defaults, as compile-time constants, so the UI offers no parameter that does nothing."""
-    full = inspect.signature(pipeline_func)
-    kept = full.replace(parameters=[p for n, p in full.parameters.items() if n not in names])
-    fixed = {name: full.parameters[name].default for name in names}
+def declared_pipeline(
+    pipeline_body: Callable[..., None], *, storage: str, image: str
+) -> Callable[..., None]:
+    """``pipeline_body(**arguments)`` as the pipeline function KFP reads: the signature and the
+    docstring of the parameters declared for ``storage`` (``pipelines.parameters``); the
+    parameters of another storage mode keep their defaults, as compile-time constants, so the UI
+    offers no parameter that does nothing."""
+    from components.kfp_function import docstring
+    from pipelines.parameters import PARAMETERS, declared, function_inputs, signature
 
-    @functools.wraps(pipeline_func)
-    def declared(*args: Any, **kwargs: Any) -> None:
-        bound = kept.bind(*args, **kwargs)
+    offered = declared(storage)
+    fixed = {p.name: p.default_for(image) for p in PARAMETERS if p not in offered}
+    declared_signature = signature(offered, image=image)
+
+    def training_pipeline(*args: Any, **kwargs: Any) -> None:
+        bound = declared_signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        pipeline_func(**bound.arguments, **fixed)
+        pipeline_body(**bound.arguments, **fixed)
 
-    declared.__signature__ = kept  # type: ignore[attr-defined]
-    return declared
+    training_pipeline.__signature__ = declared_signature  # type: ignore[attr-defined]
+    training_pipeline.__doc__ = docstring(
+        "The parameters (see README): data, workspace, the job's size, training, gate, publish.",
+        function_inputs(offered, image=image),
+    )
+    return training_pipeline
 
 
 __all__ = [

@@ -88,8 +88,8 @@ def test_cluster_settings_are_a_constant_of_the_compiled_pipeline(tmp_path):
 
 def test_the_component_refuses_node_access_in_overrides_but_takes_cluster_settings():
     base = {
-        "data_uri": "s3://b/d",
-        "checkpoint_uri": "s3://b/c",
+        "data_uri": "s3://bkt/d",
+        "checkpoint_uri": "s3://bkt/c",
         "backend": "kubernetes",
         "namespace": "ns",
     }

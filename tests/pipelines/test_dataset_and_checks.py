@@ -95,32 +95,13 @@ def test_val_classes_must_be_training_classes(s3, tmp_path: Path):
 # -- the argument check as the pipeline's first step -------------------------------------------
 
 
-def test_the_check_step_takes_exactly_the_pipelines_parameters():
-    """One list: the check step's signature is the pipeline's (plus the compile-time knobs)."""
-    import inspect
-
-    from pipelines.steps import check_arguments_step
-    from pipelines.training import build_training_pipeline
-
-    shared = build_training_pipeline(storage="shared-volume")
-    pipeline = inspect.signature(shared.pipeline_func).parameters
-    step = inspect.signature(check_arguments_step).parameters
-    assert list(step) == [*pipeline, "backend", "workspace_path", "storage", "cluster_settings"]
-    for name, parameter in pipeline.items():
-        assert step[name].annotation == parameter.annotation, name
-    # The object-store pipeline declares the same parameters but the claim's name.
-    object_store = build_training_pipeline(storage="object-store")
-    declared = inspect.signature(object_store.pipeline_func).parameters
-    assert list(declared) == [name for name in pipeline if name != "workspace_pvc"]
-
-
 def test_every_problem_is_listed_at_once():
     from pipelines.cli_arguments import with_defaults
 
     arguments = with_defaults(
         {
             "data_uri": "s3:/x",
-            "publish_uri": "s3://b/m",
+            "publish_uri": "s3://bkt/m",
             "accuracy_threshold": -1,
             "tolerance": 0.0,
             "trainer_args": "--epochs 3",

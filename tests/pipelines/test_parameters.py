@@ -1,0 +1,108 @@
+"""The pipeline's parameters declared once (``pipelines.parameters``), and errors that name the
+parameter the user set, and only it (issue 22: what a new user hit)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from pipelines.cli import main
+from pipelines.validation import ArgumentError, check_arguments
+
+REQUIRED = ["-p", "data_uri=s3://my-bucket/datasets/cats", "-p", "publish_uri=s3://my-bucket/m"]
+
+
+def problems_of(**given: object) -> list:
+    """The ParameterErrors of the object-store pipeline's arguments with ``given`` set."""
+    from pipelines.cli_arguments import with_defaults
+
+    arguments = with_defaults(
+        {"data_uri": "s3://my-bucket/datasets/cats", "publish_uri": "s3://my-bucket/m"} | given
+    ) | {"backend": "kubernetes", "workspace_path": "/workspace", "storage": "object-store"}
+    arguments |= {"cluster_settings": ""}
+    with pytest.raises(ArgumentError) as err:
+        check_arguments(arguments)
+    return err.value.errors
+
+
+@pytest.mark.parametrize(
+    ("given", "parameter"),
+    [
+        ({"publish_uri": "s3://My_Models/cats"}, "publish_uri"),
+        ({"s3_endpoint": "minio.example.com:9000"}, "s3_endpoint"),
+        ({"data_uri": "not-a-uri"}, "data_uri"),
+        ({"checkpoint_uri": "s3://b/checkpoints"}, "checkpoint_uri"),
+        ({"workers": 0}, "workers"),
+        ({"cpu_per_worker": "lots"}, "cpu_per_worker"),
+        ({"epochs": 0}, "epochs"),
+    ],
+)
+def test_an_error_names_the_parameter_the_user_set_and_only_it(given, parameter):
+    errors = problems_of(**given)
+    assert [error.field for error in errors] == [parameter]
+    assert str(errors[0]).startswith(f"{parameter}={given[parameter]!r}: ")
+
+
+@pytest.mark.parametrize("bucket", ["b", "My_Bucket", "my-bucket/data "])
+@pytest.mark.parametrize("parameter", ["data_uri", "publish_uri", "checkpoint_uri"])
+def test_a_bad_bucket_is_refused_alike_by_every_s3_parameter(parameter, bucket):
+    uri = f"s3://{bucket}" if bucket.endswith(" ") else f"s3://{bucket}/prefix"
+    errors = problems_of(**{parameter: uri})
+    assert [error.field for error in errors] == [parameter]
+
+
+@pytest.mark.parametrize("uri", ["s3://b/prefix", "s3://My_Bucket/prefix", "s3://my-bucket/x "])
+def test_every_part_refuses_the_same_bad_uri(uri, tmp_path):
+    """The one parser: the sync, the launcher's step and spec, and the trainer's flags."""
+    from components.launcher import SpecError, TrainSpec
+    from components.launcher.step import TrainingStepInputs
+    from components.s3_sync.errors import S3SyncUsageError
+    from components.s3_sync.s3_uri import parse_s3_uri
+    from trainer.errors import ConfigError
+    from trainer.train import check_flags
+
+    with pytest.raises(S3SyncUsageError):
+        parse_s3_uri(uri)
+    with pytest.raises(SpecError) as step_error:
+        TrainingStepInputs(data_uri=uri, checkpoint_uri="s3://my-bucket/c").check_storage()
+    assert step_error.value.field == "data_uri"
+    with pytest.raises(SpecError):
+        TrainSpec(name="j", stage_data_uri=uri)
+    with pytest.raises(ConfigError):
+        check_flags(["--checkpoint-uri", uri])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"workers": 3}, "the pipeline parameter workers"),
+        ({"cpu_request": "8"}, "the pipeline parameter cpu_per_worker"),
+        ({"image": "mine:1"}, "the pipeline parameter image"),
+        ({"args": ["--output-dir", "/x"]}, "would replace the trainer's own arguments"),
+    ],
+)
+def test_train_overrides_takes_no_setting_of_a_parameter(overrides, named):
+    errors = problems_of(train_overrides=json.dumps(overrides))
+    assert [error.field for error in errors] == ["train_overrides"]
+    assert named in errors[0].fix
+
+
+def test_train_overrides_of_other_settings_pass_the_same_checks():
+    """A setting no parameter has is taken, and checked as the launcher checks it."""
+    errors = problems_of(train_overrides='{"shm_size": "lots"}')
+    assert [error.field for error in errors] == ["train_overrides"]
+    assert "shm_size" in str(errors[0])
+
+
+def test_the_listing_shows_every_declared_parameter():
+    from pipelines.parameters import declared
+
+    result = CliRunner().invoke(main, ["parameters"])
+    assert result.exit_code == 0, result.output
+    for parameter in declared("object-store"):
+        assert f"{parameter.name} ({parameter.type.__name__}, " in result.output
+    assert "workspace_pvc" not in result.output  # shared-volume only
+    shared = CliRunner().invoke(main, ["parameters", "--storage", "shared-volume"])
+    assert "workspace_pvc (str, default 'kfp-ddp-workspace')" in shared.output
