@@ -196,6 +196,14 @@ PARAMETERS = (
         step_input="lr",
     ),
     Parameter(
+        name="label_smoothing",
+        type=float,
+        default=0.0,
+        doc="""label smoothing of the cross-entropy loss, at least 0 and below 1 (0: none).""",
+        rule=rules.fraction("e.g. 0.1; 0 for none", below_one=True),
+        step_input="label_smoothing",
+    ),
+    Parameter(
         name="image_size",
         type=int,
         default=32,

@@ -44,7 +44,9 @@ def check_arguments(arguments: Mapping[str, Any]) -> None:
     from pipelines.late_checks import configuration_problems
 
     errors = list(_rules(arguments)) + list(_inside_the_data(arguments))
-    errors += _overrides(arguments) + _trainer_flag_errors(arguments)
+    errors += _overrides(arguments)
+    named = {error.field for error in errors}
+    errors += [e for e in _trainer_flag_errors(arguments) if e.field not in named]
     named = {error.field for error in errors}
     errors += [e for e in _training_job(arguments, alone=bool(errors)) if e.field not in named]
     errors += configuration_problems(arguments)

@@ -44,6 +44,7 @@ def training_job_component(
     lr: float = 0.0,
     image_size: int = 0,
     checkpoint_every_steps: int = 0,
+    label_smoothing: float = 0.0,
     metrics_port: int = 0,
     backend: str = "kubernetes",
     pvc_name: str = "",
@@ -91,6 +92,7 @@ def training_job_component(
         lr: --lr; 0 keeps the trainer's default.
         image_size: --image-size; 0 keeps the trainer's default.
         checkpoint_every_steps: --checkpoint-every-steps; 0 keeps the trainer's default.
+        label_smoothing: --label-smoothing; 0 keeps the trainer's default (none).
         metrics_port: Prometheus metrics port of every trainer process (local rank k on
             metrics_port + k), opened on every pod with a PodMonitor and hang/throughput
             alerts beside the job; 0: off.

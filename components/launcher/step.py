@@ -119,6 +119,10 @@ class TrainingStepInputs:
     """--image-size (0 = the trainer's default)."""
     checkpoint_every_steps: int = field(default=0, metadata={"flag": "--checkpoint-every-steps"})
     """--checkpoint-every-steps (0 = the trainer's default)."""
+    label_smoothing: float = field(
+        default=0.0, metadata={"flag": "--label-smoothing", "in_run_key": True}
+    )
+    """--label-smoothing (0 = the trainer's default, none)."""
     metrics_port: int = 0
     """Prometheus metrics port of every trainer process, with a PodMonitor and alerts (0: off)."""
     backend: str = "kubernetes"
@@ -249,8 +253,15 @@ def run_key(inputs: TrainingStepInputs) -> str:
     resume a checkpoint of other settings.
     """
     overrides = StepOverrides.parse(inputs.overrides_json).spec_fields
+    # Settings that change what is trained, once set (unset: the keys stay as they were).
+    changed = [
+        [f.name, getattr(inputs, f.name)]
+        for f in fields(inputs)
+        if f.metadata.get("in_run_key") and getattr(inputs, f.name)
+    ]
     extra = json.dumps(
-        [list(inputs.trainer_args or []), overrides, inputs.retrain_token], sort_keys=True
+        [list(inputs.trainer_args or []), overrides, inputs.retrain_token, *changed],
+        sort_keys=True,
     )
     from components.launcher.task_config import task_gpus
 

@@ -37,6 +37,7 @@ def problems_of(**given: object) -> list:
         ({"workers": 0}, "workers"),
         ({"cpu_per_worker": "lots"}, "cpu_per_worker"),
         ({"epochs": 0}, "epochs"),
+        ({"label_smoothing": 1.0}, "label_smoothing"),
     ],
 )
 def test_an_error_names_the_parameter_the_user_set_and_only_it(given, parameter):
@@ -106,3 +107,34 @@ def test_the_listing_shows_every_declared_parameter():
     assert "workspace_pvc" not in result.output  # shared-volume only
     shared = CliRunner().invoke(main, ["parameters", "--storage", "shared-volume"])
     assert "workspace_pvc (str, default 'kfp-ddp-workspace')" in shared.output
+
+
+def test_the_pipeline_declares_the_declared_parameters():
+    """KFP reads the generated signature and docstring: types, defaults and docs."""
+    from pipelines.cli_arguments import pipeline_inputs
+
+    inputs = pipeline_inputs("object-store")
+    assert inputs["label_smoothing"]["parameterType"] == "NUMBER_DOUBLE"
+    assert inputs["label_smoothing"]["defaultValue"] == 0.0
+    assert "label smoothing" in inputs["label_smoothing"]["description"]
+    assert "defaultValue" not in inputs["data_uri"]
+
+
+def test_label_smoothing_reaches_the_trainer():
+    result = CliRunner().invoke(main, ["render", *REQUIRED, "-p", "label_smoothing=0.1"])
+    assert result.exit_code == 0, result.output
+    assert "--label-smoothing" in result.output and "'0.1'" in result.output
+
+
+def test_label_smoothing_changes_the_run_folder_only_when_set():
+    """A new setting of what is trained gets its own folder; unset, the folders stay as they
+    were (runs started before it existed resume their own checkpoints)."""
+    import dataclasses
+
+    from components.launcher.step import TrainingStepInputs, run_key, trainer_args_for
+
+    base = TrainingStepInputs(data_dir="/d", output_dir="/o")
+    smoothed = dataclasses.replace(base, label_smoothing=0.1)
+    assert run_key(base) != run_key(smoothed)
+    assert "--label-smoothing" not in trainer_args_for(base)
+    assert trainer_args_for(smoothed)[-2:] == ["--label-smoothing", "0.1"]

@@ -37,6 +37,7 @@ EXPECTED_PARAMETERS = {
     "epochs": "NUMBER_INTEGER",
     "batch_size": "NUMBER_INTEGER",
     "lr": "NUMBER_DOUBLE",
+    "label_smoothing": "NUMBER_DOUBLE",
     "image_size": "NUMBER_INTEGER",
     "checkpoint_interval": "NUMBER_INTEGER",
     "metrics_port": "NUMBER_INTEGER",
