@@ -2,7 +2,10 @@
 
 :meth:`Trainer.run` reads top to bottom: set-up (data, model, resume), the loop of
 :meth:`Trainer.train_step` and :meth:`Trainer.after_step`, then :meth:`Trainer.finish`. Every
-piece of state the loop changes lives in one :class:`~trainer.loop_state.LoopState`.
+piece of state the loop changes lives in one :class:`~trainer.loop_state.LoopState`. Beside it:
+whether rank 0's checkpoints count, agreed by every rank (:mod:`trainer.durability`); the
+progress figures the loop hands over (:mod:`trainer.progress`); what a finished run writes
+(:mod:`trainer.summary`).
 
 Resume is bit-exact without saving per-rank generator states: every random choice is a pure
 function of ``(seed, epoch, step, rank)`` (see :mod:`trainer.data`, and :meth:`Trainer._reseed`
@@ -12,7 +15,6 @@ the batches already consumed.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Mapping
@@ -37,13 +39,15 @@ from trainer.checkpointer import Checkpointer
 from trainer.config import TrainConfig
 from trainer.data import derive_seed
 from trainer.distributed import DistEnv, StopRequest, agree, set_collective_timeout
-from trainer.errors import EXIT_OK, EXIT_SIGTERM, StorageError
+from trainer.durability import CheckpointDurability
+from trainer.errors import EXIT_OK, EXIT_SIGTERM
 from trainer.export import save_model
 from trainer.loop_state import LogWindow, LoopState
 from trainer.metrics import metrics_recorder
-from trainer.progress import SUMMARY_KEY, Progress, ProgressTracker, duration
+from trainer.progress import Progress, ProgressTracker, duration
 from trainer.resume import check_compatible, load_resume_state, restore
 from trainer.run_log import RunLog
+from trainer.summary import SUMMARY_FILE, outputs_written_at, run_summary
 from trainer.tensorboard_log import NO_TENSORBOARD, NoTensorBoard, tensorboard_log
 from trainer.validation import Validator, replicas_in_sync
 
@@ -81,6 +85,14 @@ class Trainer:
             is_writer=env.is_main,
             log=self.log,
             device=device,
+        )
+        self.durability = CheckpointDurability(
+            self.checkpointer,
+            checkpoint_dir=Path(config.checkpoint_dir),  # type: ignore[arg-type]
+            checkpoint_uri=config.checkpoint_uri,
+            upload_timeout_s=config.checkpoint_upload_timeout_s,
+            group=control_group,
+            log=self.log,
         )
         self.state = LoopState()
         # Prometheus metrics (every rank, --metrics-port) and TensorBoard files (rank 0): no-op
@@ -203,7 +215,9 @@ class Trainer:
         state = self.state
         finished = False
         if self.env.is_main and state.resumed_from is not None:
-            finished = state.step >= self.plan.total_steps and self._outputs_written_at(state.step)
+            finished = state.step >= self.plan.total_steps and outputs_written_at(
+                self.output_dir, state.step
+            )
         if not agree([finished], self.group)[0]:
             return False
         self.make_durable()
@@ -216,15 +230,6 @@ class Trainer:
             self.upload_outputs()  # an upload that failed last time; unchanged files are skipped
         self._barrier()
         return True
-
-    def _outputs_written_at(self, step: int) -> bool:
-        summary = self.output_dir / "summary.json"
-        try:
-            written = json.loads(summary.read_text())
-        except (OSError, ValueError):
-            return False
-        model_json = self.output_dir / "model" / "model.json"
-        return isinstance(written, dict) and written.get("steps") == step and model_json.is_file()
 
     def begin_loop(self) -> None:
         """Metrics file, the first log line, the progress bar, TensorBoard and the clocks."""
@@ -355,22 +360,8 @@ class Trainer:
         """
         stop, write_failed = agree([self.stop.requested, self.checkpointer.failed()], self.group)
         if write_failed:
-            raise self._write_failure()
+            raise self.durability.write_failure()
         self.state.stopped = stop and self.state.step < self.plan.total_steps
-
-    def settle_checkpoints(self) -> None:
-        """Wait for rank 0's write in flight; every rank learns whether it failed (a barrier)."""
-        self.checkpointer.wait()
-        if agree([self.checkpointer.failed()], self.group)[0]:
-            raise self._write_failure()
-
-    def _write_failure(self) -> StorageError:
-        if self.checkpointer.failure is not None:
-            return self.checkpointer.failure
-        return StorageError(
-            "rank 0 could not write a checkpoint (its log says why); stopping with it",
-            on_another_rank=True,
-        )
 
     # ------------------------------------------------------------------ what steps hand off to
     def log_window(self) -> None:
@@ -503,17 +494,7 @@ class Trainer:
 
     # ------------------------------------------------------------------------------- the end
     def _exit_stopped(self) -> int:
-        self.settle_checkpoints()  # rank 0's checkpoint is complete before any rank exits
-        if self.mirror is not None:  # and in S3, if it can be within the grace period
-            error = self.mirror.wait_durable(
-                self.state.step, self._step_folder(), self.cfg.checkpoint_upload_timeout_s
-            )
-            if error is not None:
-                self.log.line(
-                    f"WARNING: the SIGTERM checkpoint step-{self.state.step} is only on this "
-                    f"node's disk ({error}); a restart elsewhere resumes from the newest "
-                    f"checkpoint in {self.cfg.checkpoint_uri}"
-                )
+        self.durability.after_sigterm(self.state.step, self.mirror)
         self.log.line(
             f"stopped by SIGTERM at step {self.state.step}; exiting {EXIT_SIGTERM} to be retried"
         )
@@ -526,13 +507,13 @@ class Trainer:
             self.validate()
         if state.last_saved != state.step:
             self.save("end")
-        self.settle_checkpoints()
+        self.durability.settle()
         in_sync = replicas_in_sync(self.parts.model, self.env, self.group, self.log)
         if self.env.is_main:
             self.export()
             final = self.report_progress(final=True)  # 100 %: sent now, while the outputs upload
             summary = self.summary(train_seconds, in_sync, final)
-            write_json_atomic(self.output_dir / "summary.json", summary)
+            write_json_atomic(self.output_dir / SUMMARY_FILE, summary)
             self.log.line(
                 f"done: {state.step} steps, val_acc {summary['val_accuracy']}, "
                 f"{summary['images_per_sec']} img/s, wall {summary['wall_time_s']}s"
@@ -556,33 +537,8 @@ class Trainer:
         )
 
     def make_durable(self) -> None:
-        """With --checkpoint-uri, the run's last checkpoint must be complete in S3 before it
-        ends: rank 0 waits for it (up to --checkpoint-upload-timeout-s), every rank learns the
-        outcome, and all stop with exit 4 if it could not be made durable."""
-        if not self.cfg.checkpoint_uri:
-            return
-        step, error = self.state.step, None
-        if self.mirror is not None:
-            error = self.mirror.wait_durable(
-                step, self._step_folder(), self.cfg.checkpoint_upload_timeout_s
-            )
-        if not agree([error is not None], self.group)[0]:
-            return
-        if error is None:
-            raise StorageError(
-                "rank 0 could not make the last checkpoint durable in S3 (its log says why); "
-                "stopping with it",
-                on_another_rank=True,
-            )
-        raise StorageError(
-            f"the last checkpoint, step-{step}, is complete in {self._step_folder()} but could "
-            f"not be made durable in {self.cfg.checkpoint_uri}: {error}. Fix the S3 access "
-            "(credentials, endpoint, bucket, network) and run again with the same "
-            "--checkpoint-dir: the run then uploads it first"
-        )
-
-    def _step_folder(self) -> Path:
-        return Path(self.cfg.checkpoint_dir) / f"step-{self.state.step}"  # type: ignore[arg-type]
+        """With --checkpoint-uri, the last checkpoint in S3 before the run ends (every rank)."""
+        self.durability.make_durable(self.state.step, self.mirror)
 
     def export(self) -> None:
         """The model folder (rank 0)."""
@@ -597,32 +553,19 @@ class Trainer:
         )
 
     def summary(self, train_seconds: float, in_sync: bool, final: Progress) -> dict[str, Any]:
-        state, plan, history = self.state, self.plan, self.state.history
-        trained = state.step - state.first_step
-        images_per_sec = None
-        if trained:
-            images_per_sec = round(trained * plan.global_batch / max(train_seconds, 1e-9), 2)
-        return {
-            "final_train_loss": history.get("train_loss"),
-            "val_accuracy": history.get("val_accuracy"),
-            "val_loss": history.get("val_loss"),
-            "steps": state.step,
-            "epochs": state.step // plan.steps_per_epoch,
-            "steps_per_epoch": plan.steps_per_epoch,
-            "world_size": self.env.world_size,
-            "global_batch_size": plan.global_batch,
-            "wall_time_s": round(time.perf_counter() - self.started, 3),
-            "train_time_s": round(train_seconds, 3),
-            "images_per_sec": images_per_sec,
-            "resumed_from_step": state.resumed_from,
-            "restarts": state.restarts,
-            "arch": self.cfg.model,
-            "num_classes": len(self.inputs.class_names),
-            "precision": self.precision.name,
-            "device": self.device.type,
-            "replicas_in_sync": in_sync,
-            SUMMARY_KEY: final.trainer_status(),  # the final progress figures, as reported
-        }
+        return run_summary(
+            state=self.state,
+            plan=self.plan,
+            world_size=self.env.world_size,
+            arch=self.cfg.model,
+            num_classes=len(self.inputs.class_names),
+            precision=self.precision.name,
+            device=self.device.type,
+            train_seconds=train_seconds,
+            wall_seconds=time.perf_counter() - self.started,
+            in_sync=in_sync,
+            final=final,
+        )
 
     def _barrier(self) -> None:
         if self.env.distributed:
