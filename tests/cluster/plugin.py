@@ -27,6 +27,7 @@ from tests.cluster.assets import HOW_TO_GET, find_binaries
 from tests.cluster.control_plane import PARTS, ControlPlane, reference_missing
 from tests.cluster.kubelet import FakeKubelet
 from tests.cluster.play import JobPods, Play
+from tests.cluster.processes import StartupError
 
 POD_SECURITY = "pod-security.kubernetes.io/enforce"
 OPERATOR_ONLY = ("controller-manager", "training-operator")
@@ -36,6 +37,8 @@ template (components/launcher/pytorch_init_container.yaml)."""
 PYTORCH_INIT_TEMPLATE = (
     Path(__file__).resolve().parents[2] / "components" / "launcher" / "pytorch_init_container.yaml"
 )
+PORT_ATTEMPTS = 3
+"""Starts of a plane whose component found its port taken (ports are picked before binding)."""
 BARE = ()
 """An API server alone: a test installs the CRDs it wants served (``serve_only``)."""
 
@@ -104,8 +107,7 @@ class Clusters:
         binaries = find_binaries()
         folder = self.folder / ("-".join(parts) or "bare")
         template = PYTORCH_INIT_TEMPLATE if parts == OPERATOR_ONLY else None
-        plane = ControlPlane(folder, binaries, parts=parts, pytorch_init_template=template)
-        missing = binaries.missing(plane.needs())
+        missing = binaries.missing(ControlPlane(folder, binaries, parts=parts).needs())
         if missing:
             pytest.skip(f"no {', '.join(missing)} for the test control plane: {HOW_TO_GET}")
         absent = reference_missing()
@@ -114,11 +116,22 @@ class Clusters:
                 f"the official CRDs/configs are not there ({absent[0]}, …): put ../shared "
                 "(reference/, envtest/config/) beside the repository"
             )
-        try:
-            plane.start()
-            return Cluster(plane, FakeKubelet(plane).start())
-        except Exception as exc:  # noqa: BLE001 - kept: later tests fail with the same cause
-            return exc
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            plane = ControlPlane(
+                folder / f"attempt-{attempt}", binaries, parts=parts, pytorch_init_template=template
+            )
+            try:
+                plane.start()
+                return Cluster(plane, FakeKubelet(plane).start())
+            except StartupError as exc:
+                # The ports were free when picked, but another process (a test's outgoing
+                # connection, the other pytest worker's plane) may take one before a component
+                # binds it: pick new ones. Any other startup failure is kept as it is.
+                if "address already in use" not in str(exc) or attempt == PORT_ATTEMPTS:
+                    return exc
+            except Exception as exc:  # noqa: BLE001 - kept: later tests fail with the same cause
+                return exc
+        raise AssertionError("unreachable")
 
     def stop_all(self) -> None:
         for found in self.started.values():
