@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -37,3 +38,21 @@ def kfp_server() -> Iterator[FakeKfpServer]:
     """A stand-in KFP v2beta1 API server on 127.0.0.1 (free port), stopped after the test."""
     with FakeKfpServer() as server:
         yield server
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch, tmp_path_factory):
+    """The test S3 server in this test's environment (AWS_* variables, a sync cache of its own)."""
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("sync-cache")))
+    return s3_server
+
+
+def upload_folder(s3, folder: Path, bucket: str, name: str) -> str:
+    """``folder`` synced to ``s3://<bucket>/<name>`` (the bucket created if missing); its URI."""
+    from components.s3_sync import sync
+
+    uri = f"s3://{s3.create_bucket(bucket)}/{name}"
+    sync(str(folder), uri)
+    return uri

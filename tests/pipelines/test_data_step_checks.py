@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from components.s3_sync import sync
 from pipelines.dataset import DatasetLayoutError, inspect_dataset, stage_dataset
 from tests.image_data import write_image_folder
+from tests.pipelines.conftest import upload_folder
 
 DATA_STEPS = {
     "object-store": lambda uri, tmp_path: inspect_dataset(uri),
@@ -18,19 +18,8 @@ DATA_STEPS = {
 }
 
 
-@pytest.fixture
-def s3(s3_server, monkeypatch, tmp_path_factory):
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("sync-cache")))
-    return s3_server
-
-
 def upload(s3, folder: Path, name: str) -> str:
-    bucket = s3.create_bucket("data-step-checks")
-    uri = f"s3://{bucket}/{name}"
-    sync(str(folder), uri)
-    return uri
+    return upload_folder(s3, folder, "data-step-checks", name)
 
 
 @pytest.mark.parametrize("storage", DATA_STEPS)

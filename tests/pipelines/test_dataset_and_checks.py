@@ -15,14 +15,6 @@ from pipelines.validation import ArgumentError, check_arguments
 from tests.image_data import write_image_folder
 
 
-@pytest.fixture
-def s3(s3_server, monkeypatch, tmp_path_factory):
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("sync-cache")))
-    return s3_server
-
-
 def upload(s3, tmp_path: Path, name: str, **layout) -> str:
     bucket = s3.create_bucket("pipeline-data")
     data = write_image_folder(tmp_path / f"local-{name}", per_class=3, **layout)

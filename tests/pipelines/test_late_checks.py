@@ -97,13 +97,6 @@ def test_run_local_refuses_them_before_anything_runs(tmp_path: Path):
 # -- baseline_uri, in the check step --------------------------------------------------------------
 
 
-@pytest.fixture
-def s3(s3_server, monkeypatch):
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
-    return s3_server
-
-
 def test_a_missing_baseline_fails_the_check_step(s3, capfd):
     bucket = s3.create_bucket("baselines")
     missing = f"s3://{bucket}/models/run-1/eval.json"

@@ -20,23 +20,13 @@ from pipelines.dataset import (
     stage_dataset,
 )
 from tests.image_data import write_image_folder
+from tests.pipelines.conftest import upload_folder
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def s3(s3_server, monkeypatch, tmp_path_factory):
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("sync-cache")))
-    return s3_server
-
-
 def upload(s3, folder: Path, name: str) -> str:
-    bucket = s3.create_bucket("object-store-data")
-    uri = f"s3://{bucket}/{name}"
-    sync(str(folder), uri)
-    return uri
+    return upload_folder(s3, folder, "object-store-data", name)
 
 
 # -- the layout from a listing is the layout of the folder ---------------------------------------
