@@ -1,9 +1,9 @@
 """The training step of a pipeline, as plain functions (unit-tested without KFP).
 
-One source of truth: the component's parameters are the fields of ``TrainingStepInputs`` (a
-test holds the component signature equal to them), and ``training_spec`` is the one function
-that turns them into a ``TrainSpec`` — used by the step itself, by ``kfp-ddp render`` and by the
-tests, so what render prints is what the step submits, name included.
+One source of truth: the component's parameters are the fields of ``TrainingStepInputs`` (the
+component's signature and descriptions are written from them), and ``training_spec`` is the one
+function that turns them into a ``TrainSpec`` — used by the step itself, by ``kfp-ddp render``
+and by the tests, so what render prints is what the step submits, name included.
 ``run_training_step`` runs that spec and fills the ``Model`` and ``Metrics`` artifacts;
 ``cleanup_step`` deletes a run's leftover jobs.
 
@@ -65,90 +65,95 @@ SUMMARY_METRICS = (
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingStepInputs:
-    """The training component's parameters (its KFP signature mirrors these fields)."""
+    """The training component's parameters: its KFP signature, defaults and input descriptions
+    (KFP's UI shows each field's docstring) are written from these fields."""
 
     data_dir: str = ""
-    """The trainer's --data-dir (as the nodes see it, e.g. on the shared claim); '' with
-    data_uri."""
+    """the trainer's --data-dir, as the training nodes see it (on a shared claim);
+    empty with data_uri."""
     output_dir: str = ""
-    """Base folder of the training outputs (as the nodes see it): the trainer writes to
-    OUTPUT_DIR/<settings>/<data digest>, one folder per configuration and data, so a retried step
-    resumes its own checkpoints and other settings never resume a foreign one. '' (no shared
-    claim): each node's own disk, with checkpoint_uri holding what must outlive the pods."""
+    """base folder of the outputs, as the nodes see it (on a shared claim); the
+    trainer writes to output_dir/<settings>/<data digest>. Empty: each node's own disk,
+    and the model comes back through checkpoint_uri."""
     data_uri: str = ""
-    """s3://bucket/prefix every node stages onto its own disk before training (no shared volume);
-    then data_dir stays ''."""
+    """s3://bucket/prefix every node stages onto its own disk before training (no
+    shared volume); empty with data_dir."""
     checkpoint_uri: str = ""
-    """s3://bucket/prefix: the trainer mirrors its checkpoints and uploads its model under
-    CHECKPOINT_URI/<settings>/<data digest>/ (required without a shared claim: the model comes
-    back from there)."""
+    """s3://bucket/prefix; the trainer mirrors its checkpoints to
+    checkpoint_uri/<settings>/<data digest>/checkpoints (a new pod resumes from there)
+    and uploads its model to .../output. Required without output_dir."""
     s3_endpoint: str = ""
-    """S3 endpoint of the nodes (MinIO, Ceph...); '' for AWS."""
+    """S3 endpoint of the nodes (MinIO, Ceph...); empty for AWS."""
     s3_credentials_secret: str = ""
-    """Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for the nodes (staging, mirror)."""
+    """Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY that the
+    nodes get as environment variables (never values in the manifest)."""
     api: str = "auto"
-    """trainjob, pytorchjob or auto (whichever the cluster serves); tfjob for a TensorFlow
-    program (its image here, its command in overrides_json)."""
+    """trainjob (Trainer v2), pytorchjob (Training Operator v1), auto, or tfjob
+    (TensorFlow)."""
     name: str = ""
-    """Job name; '' derives one from the run and task (a retry re-attaches)."""
+    """job name; empty derives one from the run and task, so a retry re-attaches."""
     namespace: str = ""
-    """'' = the step's own namespace."""
+    """namespace of the job; empty means this step's own."""
     image: str = DEFAULT_IMAGE
-    """Image of every training node."""
+    """image of every training node (any image with the trainer, or your own: set
+    its command in overrides_json)."""
     workers: int = 1
-    """Nodes (pods)."""
+    """training nodes (pods)."""
     nproc_per_node: int = 0
-    """Processes per node (0: one per GPU, or 1 without GPUs)."""
+    """processes per node; 0 means one per GPU (1 without GPUs)."""
     gpus_per_worker: int = 0
     """GPUs per node."""
     cpu_request: str = ""
-    """CPU request per node, e.g. 8 ('' = none)."""
+    """CPU request per node, e.g. 8; empty for none."""
     memory_request: str = ""
-    """Memory request per node, e.g. 64Gi ('' = none)."""
+    """memory request per node, e.g. 64Gi; empty for none."""
     trainer_args: list = field(default_factory=list)
-    """More trainer flags, e.g. ["--precision", "bf16"]."""
+    """more trainer flags, e.g. ["--precision", "bf16"]."""
     model_name: str = field(default="", metadata={"flag": "--model"})
-    """--model ('' = the trainer's default)."""
+    """the trainer's --model; empty keeps its default."""
     epochs: int = field(default=0, metadata={"flag": "--epochs"})
-    """--epochs (0 = the trainer's default)."""
+    """--epochs; 0 keeps the trainer's default."""
     batch_size: int = field(default=0, metadata={"flag": "--batch-size"})
-    """--batch-size (0 = the trainer's default)."""
+    """--batch-size; 0 keeps the trainer's default."""
     lr: float = field(default=0.0, metadata={"flag": "--lr"})
-    """--lr (0 = the trainer's default)."""
+    """--lr; 0 keeps the trainer's default."""
     image_size: int = field(default=0, metadata={"flag": "--image-size"})
-    """--image-size (0 = the trainer's default)."""
+    """--image-size; 0 keeps the trainer's default."""
     checkpoint_every_steps: int = field(default=0, metadata={"flag": "--checkpoint-every-steps"})
-    """--checkpoint-every-steps (0 = the trainer's default)."""
+    """--checkpoint-every-steps; 0 keeps the trainer's default."""
     label_smoothing: float = field(
         default=0.0, metadata={"flag": "--label-smoothing", "in_run_key": True}
     )
-    """--label-smoothing (0 = the trainer's default, none)."""
+    """--label-smoothing; 0 keeps the trainer's default (none)."""
     metrics_port: int = 0
-    """Prometheus metrics port of every trainer process, with a PodMonitor and alerts (0: off)."""
+    """Prometheus metrics port of every trainer process (local rank k on
+    metrics_port + k), opened on every pod with a PodMonitor and hang/throughput
+    alerts beside the job; 0: off."""
     backend: str = "kubernetes"
-    """kubernetes or local."""
+    """kubernetes, or local (processes, for development)."""
     pvc_name: str = ""
-    """Claim mounted into every node ('' = none)."""
+    """claim mounted into every node; empty for none."""
     pvc_mount_path: str = ""
-    """Where it is mounted (the same path as in this step)."""
+    """where that claim is mounted, the same path as in this step."""
     data_digest: str = ""
-    """The data's listing digest (a caching key; Model metadata)."""
+    """the data's listing digest (a caching key, kept in the Model's metadata)."""
     data_bytes: int = 0
-    """The data set's size in bytes (the data step counts it): sizes each node's staging volume
-    (0: unknown)."""
+    """the data set's size in bytes (sizes each node's staging volume); 0 unknown."""
     overrides_json: str = ""
-    """JSON object of more TrainSpec fields, plus "backend_options" for the backend; never the
-    node-access ones (see cluster_settings_json)."""
+    """JSON object of more TrainSpec fields, e.g. {"command": ["python",
+    "my_train.py"], "shm_size": "8Gi"}, and "backend_options" for the backend; not
+    the node-access fields (see cluster_settings_json)."""
     cluster_settings_json: str = ""
-    """JSON object of the TrainSpec fields that open the node — pod_security, capabilities,
-    host_network, stage_cache_host_path — set by whoever compiles the pipeline (an admin's
-    choice), never a UI parameter."""
+    """JSON object of the fields that open the node (pod_security,
+    capabilities, host_network, stage_cache_host_path): whoever compiles the pipeline
+    sets them; never wire a UI parameter to it."""
     retrain_token: str = ""
-    """Any new value trains from scratch in a fresh output folder."""
+    """any new value trains from scratch in a fresh output folder."""
     run_id: str = ""
-    """The KFP run id; '' reads it from the output artifact's URI."""
+    """the KFP run id; empty reads it from the output artifact's URI."""
     task_name: str = "train"
-    """The task's name in the job's labels and default name."""
+    """the task name in the job's labels and default name; give every training
+    task of a pipeline its own."""
     task_config: TaskConfig | None = None
     """filled by KFP's backend (2.15.0+) from the training task's own settings,
     never passed: .set_accelerator_type()/.set_accelerator_limit() (GPUs per node),

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 from kfp import dsl
 
+from components.kfp_component import make_component
 from components.launcher import SpecError
 from components.launcher.component import (
     make_cleanup_op,
     make_training_job_op,
     training_job_component,
+    training_job_function,
 )
 from components.launcher.step import (
     TrainingStepInputs,
@@ -178,28 +180,32 @@ def test_trainer_args_leave_zero_values_to_the_trainer():
     ]
 
 
-def test_the_component_signature_is_the_step_inputs():
-    """One list of parameters: the component's signature equals TrainingStepInputs' fields."""
-    import dataclasses
-    import typing
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InputsWithWarmup(TrainingStepInputs):
+    """The step's inputs plus one a developer adds."""
 
-    parameters = inspect.signature(training_job_component).parameters
-    params = {n: p for n, p in parameters.items() if n not in ("model", "metrics")}
-    hints = typing.get_type_hints(TrainingStepInputs)
-    fields = {f.name: f for f in dataclasses.fields(TrainingStepInputs)}
-    assert list(params) == [n for n in params if n in fields] and set(params) == set(fields)
-    for name, parameter in params.items():
-        f = fields[name]
-        if f.default is not dataclasses.MISSING:
-            assert parameter.default == f.default, name
-        elif f.default_factory is not dataclasses.MISSING:
-            assert parameter.default == f.default_factory(), name
-        else:
-            assert parameter.default is inspect.Parameter.empty, name
-        allowed = (hints[name], typing.get_origin(hints[name]))
-        if f.default is None:  # KFP's optional TaskConfig: `X = None` in the component
-            allowed += tuple(a for a in typing.get_args(hints[name]) if a is not type(None))
-        assert parameter.annotation in allowed, name
+    warmup_steps: int = 10
+    """steps of linear learning-rate warmup;
+    0: none."""
+
+
+def test_a_new_step_input_is_a_component_input_with_its_doc_and_default():
+    """A field added to the step's inputs is a component input: its type, default and docstring
+    (the description KFP's UI shows), with no second list to edit."""
+    function = training_job_function("registry.example/img:3", inputs_class=InputsWithWarmup)
+    op = make_component(function, image="registry.example/img:3")
+    warmup = op.component_spec.inputs["warmup_steps"]
+    assert (warmup.type, warmup.default) == ("Integer", 10)
+    assert warmup.description == "steps of linear learning-rate warmup;\n0: none."
+    # The inherited fields keep their docs; image defaults to the component's own image.
+    assert op.component_spec.inputs["workers"].description == "training nodes (pods)."
+    assert op.component_spec.inputs["image"].default == "registry.example/img:3"
+    assert set(op.component_spec.outputs) == {"model", "metrics"}
+    # What KFP embeds builds the step's inputs of that class from every parameter.
+    source = inspect.getsource(function)
+    assert "    warmup_steps: int = 10,\n" in source
+    assert f"from {__name__} import InputsWithWarmup" in source
+    assert "run_training_step(InputsWithWarmup(**given), model=model, metrics=metrics)" in source
 
 
 def test_component_interfaces():
