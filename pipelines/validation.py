@@ -27,16 +27,6 @@ from pipelines.parameter_errors import ArgumentError, ParameterError
 
 __all__ = ["ArgumentError", "ParameterError", "check_arguments"]
 
-RENAMED_SPEC_FIELDS = {
-    "stage_data_uri": "data_uri",
-    "stage_data_digest": "data_digest",
-    "stage_data_bytes": "data_bytes",
-    "pvcs": "pvc_name",
-    "args": "trainer_args",
-}
-"""TrainSpec fields the training step sets from an input of another name (any other field it
-sets comes from the step input of the same name)."""
-
 
 def check_arguments(arguments: Mapping[str, Any]) -> None:
     """Raise ArgumentError listing every problem of ``arguments`` (the pipeline's, all given),
@@ -84,7 +74,7 @@ def _inside_the_data(a: Mapping[str, Any]) -> Iterator[ParameterError]:
 def _overrides(a: Mapping[str, Any]) -> list[ParameterError]:
     """``train_overrides``: settings no parameter has; never the trainer's arguments."""
     from components.launcher import SpecError
-    from components.launcher.step import StepOverrides
+    from components.launcher.step import StepOverrides, spec_field_input
     from pipelines.parameters import step_parameters
 
     text = a.get("train_overrides", "")
@@ -95,7 +85,7 @@ def _overrides(a: Mapping[str, Any]) -> list[ParameterError]:
     by_input = step_parameters()
     errors = []
     for key in keys:
-        source = RENAMED_SPEC_FIELDS.get(key, key)
+        source = spec_field_input(key)
         if key == "args":
             fix = (
                 '"args" would replace the trainer\'s own arguments: give more trainer flags '
@@ -104,8 +94,11 @@ def _overrides(a: Mapping[str, Any]) -> list[ParameterError]:
         elif source in by_input:
             name = by_input[source]
             fix = f"{key!r} is the pipeline parameter {name}: set -p {name}=... instead"
-        elif source in ("data_uri", "data_digest", "data_bytes", "pvc_name", "run_id", "name"):
-            fix = f"{key!r} is set by the pipeline (from its data, run and storage); leave it out"
+        elif source:  # a step input no parameter sets
+            fix = (
+                f"{key!r} is set by the pipeline (from its data, run, storage and tasks); "
+                "leave it out"
+            )
         else:
             continue
         errors.append(ParameterError("train_overrides", text, fix))
@@ -146,10 +139,11 @@ def _training_job(a: Mapping[str, Any], *, alone: bool) -> list[ParameterError]:
 def _spec_error(exc: Exception, a: Mapping[str, Any]) -> ParameterError:
     """The launcher's refusal, named after the parameter that set its field (a field no
     parameter sets came from train_overrides)."""
+    from components.launcher.step import spec_field_input
     from pipelines.parameters import step_parameters
 
     field = getattr(exc, "field", None)
-    source = RENAMED_SPEC_FIELDS.get(field, field) if field else None
+    source = spec_field_input(field) if field else None
     parameter = step_parameters().get(source) if source else None
     if source == "data_uri":
         parameter = "data_uri"

@@ -195,6 +195,24 @@ class TrainingStepInputs:
             )
 
 
+SPEC_FIELD_INPUTS = {
+    "stage_data_uri": "data_uri",
+    "stage_data_digest": "data_digest",
+    "stage_data_bytes": "data_bytes",
+    "pvcs": "pvc_name",
+    "args": "trainer_args",
+}
+"""TrainSpec fields the step sets from an input of another name (any other field it sets comes
+from the input of the same name)."""
+
+
+def spec_field_input(spec_field: str) -> str | None:
+    """The step input that sets the TrainSpec field ``spec_field``; None for a field no input
+    sets (one that ``overrides_json`` may set)."""
+    name = SPEC_FIELD_INPUTS.get(spec_field, spec_field)
+    return name if name in TrainingStepInputs.field_names() else None
+
+
 @dataclass(frozen=True)
 class StepOverrides:
     """``overrides_json`` parsed: TrainSpec fields, and the backend's options as plain data."""
@@ -216,6 +234,17 @@ class StepOverrides:
         if not isinstance(backend_options, dict):
             raise SpecError("overrides_json: backend_options must be a JSON object")
         return cls(spec_fields=data, backend_options=backend_options)
+
+    def refuse_step_inputs(self) -> None:
+        """Raise SpecError naming the input if a TrainSpec field is one a step input sets: each
+        setting has one place, so neither value silently wins over the other."""
+        taken = {key: spec_field_input(key) for key in self.spec_fields}
+        given = [f"{key!r} (the step input {name})" for key, name in taken.items() if name]
+        if given:
+            raise SpecError(
+                f"overrides_json sets {', '.join(given)}: set the step input instead; "
+                "overrides_json holds only the TrainSpec fields no input sets"
+            )
 
 
 def run_identity(run_id: str, artifact_uri: str) -> str:
@@ -304,6 +333,7 @@ def training_spec(inputs: TrainingStepInputs, *, run_id: str) -> TrainSpec:
     step, ``render`` and the tests)."""
     inputs.check_storage()
     overrides = StepOverrides.parse(inputs.overrides_json)
+    overrides.refuse_step_inputs()
     base: dict[str, Any] = {
         "api": inputs.api,
         "name": inputs.name,

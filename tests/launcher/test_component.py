@@ -135,6 +135,11 @@ def test_step_refuses_bad_overrides_and_backend(tmp_path: Path, writer: Path):
         step(overrides_json="{")
     with pytest.raises(SpecError, match="unknown field.*gpus"):
         step(overrides_json='{"gpus": 1}')
+    # A TrainSpec field a step input sets is refused, naming the input (one place per setting).
+    with pytest.raises(SpecError, match=r"'workers' \(the step input workers\)"):
+        step(overrides_json='{"workers": 4, "shm_size": "8Gi"}')
+    with pytest.raises(SpecError, match=r"'pvcs' \(the step input pvc_name\)"):
+        step(overrides_json='{"pvcs": []}')
     with pytest.raises(SpecError, match="backend='slurm'"):
         step(backend="slurm")
     with pytest.raises(SpecError, match=r"unknown option\(s\) \['timeout'\].*timeout_s"):

@@ -82,6 +82,8 @@ def test_every_part_refuses_the_same_bad_uri(uri, tmp_path):
         ({"cpu_request": "8"}, "the pipeline parameter cpu_per_worker"),
         ({"image": "mine:1"}, "the pipeline parameter image"),
         ({"args": ["--output-dir", "/x"]}, "would replace the trainer's own arguments"),
+        ({"task_name": "other"}, "'task_name' is set by the pipeline"),
+        ({"stage_data_uri": "s3://b/p"}, "'stage_data_uri' is set by the pipeline"),
     ],
 )
 def test_train_overrides_takes_no_setting_of_a_parameter(overrides, named):
