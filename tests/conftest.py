@@ -15,6 +15,17 @@ pytest_plugins = ["tests.cluster.plugin"]
 SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the tests marked ``slow`` first (otherwise in collection order).
+
+    With ``-n 2`` a long test that starts last leaves the other worker idle until it ends; started
+    first, the short tests fill in around it (``--maxschedchunk 1`` in pyproject.toml: a worker
+    takes the next test when it is free, not a fixed share). The order is the same in every
+    worker, as xdist requires.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def image_folder(tmp_path: Path) -> Path:
     """A tiny 3-class ImageFolder with train/ and val/ splits of 16x16 PNGs."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,9 +135,11 @@ class Clusters:
         raise AssertionError("unreachable")
 
     def stop_all(self) -> None:
-        for found in self.started.values():
-            if isinstance(found, Cluster):
-                found.stop()
+        """Stop every started plane, side by side (each API server takes seconds to shut down)."""
+        started = [found for found in self.started.values() if isinstance(found, Cluster)]
+        if started:
+            with ThreadPoolExecutor(len(started)) as pool:
+                list(pool.map(Cluster.stop, started))
 
 
 @pytest.fixture(scope="session")

@@ -121,6 +121,7 @@ def submitted_documents(
     return documents
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("storage", STORAGE_MODES)
 @pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
 def test_render_equals_what_the_step_submits(k8s, tmp_path, api, storage):

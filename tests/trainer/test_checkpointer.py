@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from tests.image_data import write_image_folder
@@ -123,6 +124,7 @@ def test_disk_full_in_one_process_exits_4_with_the_cause_as_last_line(tmp_path, 
     assert not (tmp_path / "out" / "model").exists()
 
 
+@pytest.mark.slow
 def test_disk_full_under_torchrun_exits_4_and_the_pod_log_ends_with_the_cause(tmp_path, small_disk):
     size = _state_pt_bytes(tmp_path)
     disk = small_disk(int(size * 1.6))

@@ -109,6 +109,7 @@ def _unpickled_bytes(data: bytes) -> int:
         del kept
 
 
+@pytest.mark.slow
 def test_a_big_listing_costs_workers_a_small_fraction_of_path_objects():
     names = [f"n{c:08d}_{i}.JPEG" for c in range(100) for i in range(1000)]
     labels = [c for c in range(100) for _ in range(1000)]

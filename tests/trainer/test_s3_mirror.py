@@ -22,9 +22,9 @@ from tests.trainer.s3_mirror_helpers import (
     remote_steps,
     wait_for_line,
 )
-from tests.trainer.test_train_resume import RESUME_ARGS
 from tests.trainer.trainer_launch import (
     REPO,
+    RESUME_ARGS,
     TINY,
     base_env,
     files_under,
@@ -90,6 +90,7 @@ def test_the_upload_wait_must_end_before_the_collectives_time_out(tmp_path, caps
     )
 
 
+@pytest.mark.slow
 def test_without_the_flag_the_trainer_needs_no_s3_package(tmp_path):
     """boto3, botocore, awscrt and our components cannot even be imported, and a run works."""
     data = write_image_folder(tmp_path / "data")
@@ -302,6 +303,7 @@ def test_sigterm_waits_for_the_checkpoint_to_be_durable_in_s3(tmp_path, s3_env, 
     assert files_under(outs[1]) == []
 
 
+@pytest.mark.slow
 def test_a_last_checkpoint_that_cannot_be_made_durable_fails_the_run(tmp_path, s3_env, bucket):
     """The bucket disappears mid-run: the final upload is refused, and the run exits 4."""
     data = write_image_folder(tmp_path / "data")
@@ -340,12 +342,11 @@ def _node_args(data, outs, *extra):
 
 
 @pytest.mark.slow
-def test_a_replica_replaced_by_an_empty_node_resumes_from_s3_bit_exact(tmp_path, s3_env, bucket):
+def test_a_replica_replaced_by_an_empty_node_resumes_from_s3_bit_exact(
+    tmp_path, s3_env, bucket, resume_reference
+):
     data = write_image_folder(tmp_path / "data")
-    ref_outs = [tmp_path / f"ref{r}" for r in range(2)]
-    codes, log = run_operator_style(_node_args(data, ref_outs), log_dir=tmp_path / "ref-logs")
-    assert codes == [0, 0], log
-    reference = load_weights(ref_outs[0] / "model")
+    reference = resume_reference  # the uninterrupted run of NODES_ARGS, without S3
 
     uri, client = f"s3://{bucket}/job", s3_env.client()
     outs = [tmp_path / "node0", tmp_path / "node1"]  # each "node" has its own disk

@@ -11,6 +11,7 @@ import torch
 
 from tests.image_data import write_image_folder
 from tests.trainer.trainer_launch import (
+    RESUME_ARGS,
     TINY,
     files_under,
     load_weights,
@@ -21,25 +22,6 @@ from tests.trainer.trainer_launch import (
 )
 from trainer import checkpoint as ckpt
 from trainer.train import main
-
-# 36 training images, 2 ranks, batch 2 → 9 steps per epoch; checkpoints every 4 steps are all
-# mid-epoch (4, 8, 12, 16, 20, 24), the end (27) closes epoch 3.
-RESUME_ARGS = [
-    *TINY,
-    "--batch-size",
-    "2",
-    "--epochs",
-    "3",
-    "--deterministic",
-    "--seed",
-    "7",
-    "--lr",
-    "2.0",
-    "--checkpoint-every-steps",
-    "4",
-    "--keep-checkpoints",
-    "2",
-]
 
 
 def _rank_args(data, tmp_path, name, extra=()):
@@ -66,13 +48,16 @@ def _wait_for(predicate, procs, timeout=90.0):
     [(), ("--cache-images", "never", "--num-workers", "1")],
     ids=["cached-in-memory", "streamed-by-a-worker"],
 )
-def test_sigkill_mid_epoch_then_resume_is_bit_exact(tmp_path, data_path):
+def test_sigkill_mid_epoch_then_resume_is_bit_exact(tmp_path, data_path, request):
     data = write_image_folder(tmp_path / "data")
 
-    ref_out, ref_args = _rank_args(data, tmp_path, "ref", data_path)
-    codes, log = run_operator_style(ref_args, log_dir=tmp_path / "ref-logs")
-    assert codes == [0, 0], log
-    reference = load_weights(ref_out[0] / "model")
+    if data_path:
+        ref_out, ref_args = _rank_args(data, tmp_path, "ref", data_path)
+        codes, log = run_operator_style(ref_args, log_dir=tmp_path / "ref-logs")
+        assert codes == [0, 0], log
+        reference = load_weights(ref_out[0] / "model")
+    else:  # the same run as the S3 resume test's: made once per session
+        reference = request.getfixturevalue("resume_reference")
 
     out, args = _rank_args(data, tmp_path, "crash", data_path)
     checkpoints = out[0] / "checkpoints"

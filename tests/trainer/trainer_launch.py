@@ -29,6 +29,24 @@ DIST_VARS = (
 TINY = ["--model", "mobilenet_v3_small", "--image-size", "16", "--log-interval", "1"]
 # Short timeouts turn a stuck peer into an error in the logs, not a silent hang.
 TINY += ["--init-timeout-s", "90", "--collective-timeout-s", "90"]
+# 36 training images, 2 ranks, batch 2 → 9 steps per epoch; checkpoints every 4 steps are all
+# mid-epoch (4, 8, 12, 16, 20, 24), the end (27) closes epoch 3.
+RESUME_ARGS = [
+    *TINY,
+    "--batch-size",
+    "2",
+    "--epochs",
+    "3",
+    "--deterministic",
+    "--seed",
+    "7",
+    "--lr",
+    "2.0",
+    "--checkpoint-every-steps",
+    "4",
+    "--keep-checkpoints",
+    "2",
+]
 
 
 def free_port() -> int:
