@@ -125,8 +125,11 @@ def _read_s3(uri: str, endpoint_url: str | None) -> bytes:
     if not bucket or not key:
         raise EvaluationError(f"baseline_uri={uri!r} must look like s3://bucket/key.json")
     try:
-        # boto3 reads AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL and the credential chain itself.
-        client = boto3.client("s3", endpoint_url=endpoint_url or None)
+        # boto3 reads AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL and the credential chain itself,
+        # in a session of its own: boto3's default session keeps the credentials it found first,
+        # so a process whose environment changed since (the check step in-process, tests) would
+        # sign with stale keys.
+        client = boto3.session.Session().client("s3", endpoint_url=endpoint_url or None)
         body = client.get_object(Bucket=bucket, Key=key)["Body"]
         return body.read()
     except ClientError as err:

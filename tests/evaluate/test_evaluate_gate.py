@@ -100,3 +100,23 @@ def test_load_baseline_from_s3(tmp_path, monkeypatch):
             load_baseline(f"s3://{bucket}/run-2/eval.json")
         assert "could not be read (NoSuchKey)" in str(err.value)
         assert s3.secret_key not in str(err.value)
+
+
+def test_load_baseline_reads_the_credentials_of_now(s3_server, monkeypatch):
+    """boto3's default session keeps the first credentials it found: a process whose
+    environment changed since (the check step run in-process, a test after another server's)
+    must still sign with the keys it has now."""
+    import boto3
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "STALEKEY00000000")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "stale-secret")
+    boto3.setup_default_session()
+    assert boto3.DEFAULT_SESSION.get_credentials().access_key == "STALEKEY00000000"
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    bucket = s3_server.create_bucket("baseline-now")
+    s3_server.client().put_object(Bucket=bucket, Key="eval.json", Body=b'{"accuracy": 0.5}')
+    try:
+        assert load_baseline(f"s3://{bucket}/eval.json") == {"accuracy": 0.5}
+    finally:
+        boto3.DEFAULT_SESSION = None
