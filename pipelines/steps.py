@@ -29,15 +29,15 @@ def run_argument_check(arguments: dict) -> str:
     Returns where the training keeps its checkpoints (and, with object-store storage, its
     model): checkpoint_uri, or its default.
     """
-    from pipelines import parameter_errors
     from pipelines.late_checks import check_baseline
+    from pipelines.parameter_errors import ArgumentError
     from pipelines.training import checkpoint_base
-    from pipelines.validation import ArgumentError, check_arguments
+    from pipelines.validation import check_arguments
 
     try:
         check_arguments(arguments)
         check_baseline(arguments)  # in S3 (this step's credentials), as the evaluation reads it
-    except (ArgumentError, parameter_errors.ArgumentError) as exc:
+    except ArgumentError as exc:
         for problem in exc.problems:
             print(f"bad argument: {problem}", flush=True)
         raise SystemExit(
