@@ -450,12 +450,20 @@ class TrainSpec(SpecChecks):
 
     @classmethod
     def from_overrides(cls, base: dict[str, Any], overrides: dict[str, Any]) -> TrainSpec:
-        """``TrainSpec(**base | overrides)``, refusing unknown override keys with the valid ones."""
-        unknown = sorted(set(overrides) - set(cls.field_names()))
+        """``TrainSpec(**base | overrides)``, refusing unknown override keys: each with the
+        nearest field's name, then the fields ``base`` leaves to overrides."""
+        import difflib
+
+        names = cls.field_names()
+        unknown = sorted(set(overrides) - set(names))
         if unknown:
-            raise SpecError(
-                f"overrides: unknown field(s) {unknown}; valid: {', '.join(cls.field_names())}"
-            )
+            guesses = [
+                f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key)
+                for key in unknown
+                for close in [difflib.get_close_matches(key, names, n=1, cutoff=0.75)]
+            ]
+            free = ", ".join(name for name in names if name not in base)
+            raise SpecError(f"overrides: unknown field(s) {', '.join(guesses)}; valid: {free}")
         return cls(**(base | overrides))
 
     # -- normalisation -------------------------------------------------------------------------

@@ -87,8 +87,11 @@ def test_error_message_shape():
 def test_overrides_refuse_unknown_fields():
     spec = TrainSpec.from_overrides({"name": "j"}, {"workers": 3})
     assert spec.workers == 3
-    with pytest.raises(SpecError, match="unknown field.*wrokers"):
+    with pytest.raises(SpecError, match="unknown field.*wrokers") as refused:
         TrainSpec.from_overrides({"name": "j"}, {"wrokers": 3})
+    assert "'wrokers' (did you mean 'workers'?)" in str(refused.value)
+    valid = str(refused.value).split("valid: ")[1].split(", ")
+    assert "workers" in valid and "name" not in valid  # what the base sets is no override
 
 
 # -- what an API cannot express is refused, with the alternative --------------------------------
