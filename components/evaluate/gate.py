@@ -121,9 +121,15 @@ def _read_s3(uri: str, endpoint_url: str | None) -> bytes:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, _, key = uri[len("s3://") :].partition("/")
-    if not bucket or not key:
-        raise EvaluationError(f"baseline_uri={uri!r} must look like s3://bucket/key.json")
+    from kfp_ddp.s3_uri import S3UriError, parse_s3_uri
+
+    try:
+        where = parse_s3_uri(uri, prefix_required=True)
+    except S3UriError as err:
+        raise EvaluationError(
+            f"baseline_uri={uri!r} must look like s3://bucket/key.json ({err.problem})"
+        ) from None
+    bucket, key = where.bucket, where.prefix
     try:
         # boto3 reads AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL and the credential chain itself,
         # in a session of its own: boto3's default session keeps the credentials it found first,

@@ -65,8 +65,14 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not args.source.startswith("s3://"):
-        print(f"stage: --source {args.source!r} is not an s3://bucket/prefix URI", file=sys.stderr)
+    from kfp_ddp.s3_uri import s3_uri_problem
+
+    problem = s3_uri_problem(args.source)
+    if problem:
+        print(
+            f"stage: --source {args.source!r} is not an s3://bucket/prefix URI: {problem}",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     if args.keep_snapshots is not None and args.keep_snapshots < 1:
         print(f"stage: --keep-snapshots {args.keep_snapshots} must be 1 or more", file=sys.stderr)
