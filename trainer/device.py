@@ -12,6 +12,7 @@ import dataclasses
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -123,15 +124,18 @@ def cuda_init_error() -> str:
 
 
 def settle_for_device(config: TrainConfig, device: torch.device, env: DistEnv) -> TrainConfig:
-    """The config with its device-dependent defaults filled in (channels_last), and checked."""
+    """The config with its device-dependent defaults filled in (channels_last, compile), and
+    checked."""
     if config.grad_compression == "bf16" and device.type != "cuda" and env.distributed:
         raise ConfigError(
             "--grad-compression bf16 needs CUDA (NCCL); DDP refuses it over gloo on the CPU. "
             "Use --grad-compression fp16 or none"
         )
-    if config.channels_last is None:
-        return dataclasses.replace(config, channels_last=device.type == "cuda")
-    return config
+    cuda = device.type == "cuda"
+    defaults = {
+        name: cuda for name in ("channels_last", "compile") if getattr(config, name) is None
+    }
+    return dataclasses.replace(config, **defaults) if defaults else config
 
 
 def configure_backends(config: TrainConfig, device: torch.device, env: DistEnv) -> None:
@@ -150,6 +154,11 @@ def configure_backends(config: TrainConfig, device: torch.device, env: DistEnv) 
             os.environ.setdefault(name, value)
         trace_prefix = Path(config.output_dir).absolute() / "nccl_trace_rank_"
         os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(trace_prefix))
+    if config.compile:
+        # Inductor's own default names the folder after getpass.getuser(), which fails for a UID
+        # without a passwd entry (OpenShift's restricted-v2 runs images as an arbitrary UID).
+        default = Path(tempfile.gettempdir()) / f"torchinductor_{os.getuid()}"
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(default))
     if config.deterministic:
         # Must be set before cuBLAS initialises; harmless on CPU.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

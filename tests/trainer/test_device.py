@@ -6,6 +6,8 @@ The refusal is tested on this CPU machine by giving the process the signal a GPU
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -104,6 +106,14 @@ def test_device_dependent_defaults(tmp_path):
     assert settle_for_device(config, torch.device("cuda", 0), one).channels_last is True
     explicit = TrainConfig(output_dir=tmp_path, synthetic=True, channels_last=False)
     assert settle_for_device(explicit, torch.device("cuda", 0), one).channels_last is False
+    # torch.compile: on with CUDA (1.42x ResNet-50 on an H100), off on the CPU, unless set.
+    assert config.compile is None
+    assert settle_for_device(config, torch.device("cpu"), one).compile is False
+    assert settle_for_device(config, torch.device("cuda", 0), one).compile is True
+    for chosen in (True, False):
+        fixed = TrainConfig(output_dir=tmp_path, synthetic=True, compile=chosen)
+        assert settle_for_device(fixed, torch.device("cuda", 0), one).compile is chosen
+        assert settle_for_device(fixed, torch.device("cpu"), one).compile is chosen
     two = DistEnv(rank=0, world_size=2, master_addr="127.0.0.1", master_port=1)
     bf16 = TrainConfig(output_dir=tmp_path, synthetic=True, grad_compression="bf16")
     with pytest.raises(ConfigError, match="--grad-compression bf16 needs CUDA"):
@@ -129,7 +139,6 @@ def test_nccl_flight_recorder_defaults_leave_user_settings_alone(tmp_path, monke
             torch.backends.cudnn.allow_tf32,
             torch.backends.cuda.matmul.allow_tf32,
         ) = saved
-    import os
 
     assert os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
     assert os.environ["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "0"
@@ -175,3 +184,20 @@ def test_on_cuda_sgd_is_fused_and_the_model_channels_last(tmp_path):
     assert parts.optimizer.defaults.get("fused") is True
     conv = next(p for p in parts.model.parameters() if p.ndim == 4)
     assert conv.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_compile_caches_in_a_folder_any_uid_can_name(tmp_path, monkeypatch):
+    """Inductor's default cache folder needs a passwd entry for the UID; ours needs none."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    config = TrainConfig(output_dir=tmp_path / "out", synthetic=True, compile=True)
+    configure_backends(config, torch.device("cpu"), DistEnv())
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / f"torchinductor_{os.getuid()}")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/volume/inductor")  # the user's choice stays
+    configure_backends(config, torch.device("cpu"), DistEnv())
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/volume/inductor"
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    configure_backends(
+        TrainConfig(output_dir=tmp_path, synthetic=True), torch.device("cpu"), DistEnv()
+    )
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ  # no compile, nothing set

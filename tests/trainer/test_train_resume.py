@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import time
 
@@ -279,3 +280,24 @@ def test_sigkill_while_a_background_write_is_in_flight_then_resume_is_bit_exact(
     different = [k for k in reference if not torch.equal(reference[k], resumed[k])]
     assert different == [], f"weights differ after resume: {different[:5]}"
     assert files_under(out[1]) == []
+
+
+@pytest.mark.slow
+def test_a_compiled_run_resumes_bit_exact(tmp_path, monkeypatch):
+    """--compile (the default on CUDA): a run that starts from another run's step-2 checkpoint,
+    as one killed after that checkpoint would (compiling afresh at step 3), ends with the weights
+    of the run that never stopped; the compiled model checkpoints plain state_dict keys."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    data = write_image_folder(tmp_path / "data")
+    args = [*TINY, "--batch-size", "4", "--max-steps", "4", "--compile"]
+    args += ["--checkpoint-every-steps", "2", "--keep-checkpoints", "5", "--data-dir", data]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert main([str(a) for a in [*args, "--output-dir", straight]]) == 0
+    shutil.copytree(straight / "checkpoints" / "step-2", resumed / "checkpoints" / "step-2")
+    assert main([str(a) for a in [*args, "--output-dir", resumed]]) == 0
+    summary = json.loads((resumed / "summary.json").read_text())
+    assert summary["resumed_from_step"] == 2 and summary["steps"] == 4
+    expected, got = load_weights(straight / "model"), load_weights(resumed / "model")
+    assert expected.keys() == got.keys() and not any("_orig_mod" in k for k in expected)
+    different = [k for k in expected if not torch.equal(expected[k], got[k])]
+    assert different == [], f"weights differ after resume: {different[:5]}"
