@@ -1,9 +1,10 @@
 """``kfp-ddp``: compile, run locally, upload, run, schedule and render the training pipeline.
 
 The commands; the pieces they use live beside them: ``package`` (compiled pipelines),
-``cli_arguments`` (``-p key=value`` and the argument check), ``kfp_api`` (the Kubeflow Pipelines
-API server through ``kfp.Client``). Every argument is checked before anything is submitted; a bad
-one exits 2 with one line naming the parameter, the value and the fix.
+``cli_arguments`` (``-p key=value`` and the argument check), ``image_check`` (does the image exist
+in its registry?), ``kfp_api`` (the Kubeflow Pipelines API server through ``kfp.Client``). Every
+argument, and every image a run pulls, is checked before anything is submitted; a bad one exits 2
+with one line naming the parameter, the value and the fix.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import click
 
 from components import DEFAULT_IMAGE
 from pipelines.cli_arguments import checked_arguments, parse_parameters, pipeline_inputs
+from pipelines.image_check import SKIP_IMAGE_CHECK_FLAG, check_images, release_image_note
 from pipelines.kfp_api import (
     MIN_KFP_BACKEND,
     SKIP_VERSION_CHECK_FLAG,
@@ -28,13 +30,13 @@ from pipelines.kfp_api import (
 )
 from pipelines.package import (
     PACKAGES,
-    PLACEHOLDER_HINT,
     compile_pipeline,
     declared_inputs,
     default_arguments,
     load_package,
     package_for_submit,
     package_storage,
+    submitted_images,
 )
 from pipelines.training import DEFAULT_STORAGE, STORAGE_MODES
 
@@ -66,6 +68,13 @@ _version_check_option = click.option(
     is_flag=True,
     help=f"Warn instead of refusing when the API server's release is older than "
     f"{MIN_KFP_BACKEND} (for a backend with the needed features patched in).",
+)
+_image_check_option = click.option(
+    SKIP_IMAGE_CHECK_FLAG,
+    "skip_image_check",
+    is_flag=True,
+    help="Send the pipeline without asking the registry whether its images exist (for a "
+    "registry this machine cannot reach, or one only the cluster has credentials for).",
 )
 _image_option = click.option(
     "--image",
@@ -149,12 +158,7 @@ def compile_command(
         f"compiled {spec['pipelineInfo']['name']} ({storage} storage) for image {image} → {path}"
     )
     if image == DEFAULT_IMAGE:
-        click.secho(
-            f"WARNING: {DEFAULT_IMAGE} is a placeholder no registry serves; this file is a "
-            f"template. Before uploading it: {PLACEHOLDER_HINT}",
-            err=True,
-            fg="yellow",
-        )
+        click.secho(f"WARNING: {release_image_note()}", err=True, fg="yellow")
 
 
 @main.command("parameters")
@@ -186,12 +190,7 @@ def compile_components_command(image: str, output: Path) -> None:
         raise click.BadParameter(str(exc), param_hint="--image") from None
     click.echo(f"compiled {len(written)} components for image {image} → {output}")
     if image == DEFAULT_IMAGE:
-        click.secho(
-            f"WARNING: {DEFAULT_IMAGE} is the release image's name, which no registry serves "
-            f"yet; before using these files: {PLACEHOLDER_HINT}",
-            err=True,
-            fg="yellow",
-        )
+        click.secho(f"WARNING: {release_image_note()}", err=True, fg="yellow")
 
 
 @main.command("run-local")
@@ -259,6 +258,7 @@ def run_local_command(
 @_host_option
 @_namespace_option
 @_version_check_option
+@_image_check_option
 @click.option("--name", default=DEFAULT_PIPELINE_NAME, show_default=True, help="Pipeline name.")
 @click.option(
     "--version",
@@ -274,6 +274,7 @@ def upload_command(
     host: str | None,
     namespace: str | None,
     skip_version_check: bool,
+    skip_image_check: bool,
     name: str,
     version_name: str | None,
     description: str | None,
@@ -282,7 +283,9 @@ def upload_command(
     storage: str,
 ) -> None:
     """Upload the compiled pipeline; a new version if a pipeline of that name exists."""
-    with package_for_submit(package, image, what="upload", storage=storage) as (path, _spec):
+    with package_for_submit(package, image, storage=storage) as (path, spec):
+        if not skip_image_check:
+            check_images(submitted_images(spec), what="upload")
         client, host = connect(host, namespace, skip_version_check=skip_version_check)
         with api_errors(f"look up pipeline {name!r}", host):
             pipeline_id = client.get_pipeline_id(name)
@@ -315,6 +318,7 @@ def _submit_options(func):
             _host_option,
             _namespace_option,
             _version_check_option,
+            _image_check_option,
             click.option(
                 "--experiment",
                 default=DEFAULT_EXPERIMENT,
@@ -370,6 +374,7 @@ def run_command(
     host: str | None,
     namespace: str | None,
     skip_version_check: bool,
+    skip_image_check: bool,
     experiment: str,
     run_name: str | None,
     package: Path | None,
@@ -381,11 +386,10 @@ def run_command(
     params: tuple[str, ...],
 ) -> None:
     """Start one run of the pipeline with parameters."""
-    with package_for_submit(package, image, what="run", storage=storage, no_cache=no_cache) as (
-        path,
-        spec,
-    ):
+    with package_for_submit(package, image, storage=storage, no_cache=no_cache) as (path, spec):
         arguments = _submit_arguments(params, spec, fresh_token=no_cache)
+        if not skip_image_check:
+            check_images(submitted_images(spec, arguments), what="run")
         client, host = connect(host, namespace, skip_version_check=skip_version_check)
         experiment_id = _experiment_id(client, experiment, namespace, host)
         run_name = run_name or f"{spec['pipelineInfo']['name']} {_utc_stamp()}"
@@ -432,6 +436,7 @@ def schedule_command(
     host: str | None,
     namespace: str | None,
     skip_version_check: bool,
+    skip_image_check: bool,
     experiment: str,
     run_name: str | None,
     package: Path | None,
@@ -444,10 +449,10 @@ def schedule_command(
 ) -> None:
     """Create a recurring run on a cron schedule."""
     cron_expression = kfp_cron(cron)
-    with package_for_submit(
-        package, image, what="schedule", storage=storage, no_cache=no_cache
-    ) as (path, spec):
+    with package_for_submit(package, image, storage=storage, no_cache=no_cache) as (path, spec):
         arguments = _submit_arguments(params, spec)
+        if not skip_image_check:
+            check_images(submitted_images(spec, arguments), what="schedule")
         client, host = connect(host, namespace, skip_version_check=skip_version_check)
         experiment_id = _experiment_id(client, experiment, namespace, host)
         run_name = run_name or f"{spec['pipelineInfo']['name']} ({cron_expression})"

@@ -2,7 +2,8 @@
 
 A package is the YAML ``kfp-ddp compile`` writes (and the Kubeflow UI uploads): the PipelineSpec,
 then the kfp-kubernetes platform spec. Submitting commands either compile the pipeline now for
-``--image`` or send a given ``--package``; both are checked for the placeholder image first.
+``--image`` or send a given ``--package``; ``submitted_images`` names the images a run of it pulls
+(``pipelines.image_check`` asks their registries whether they exist).
 """
 
 from __future__ import annotations
@@ -135,19 +136,16 @@ def package_images(pipeline_spec: dict) -> set[str]:
     return {e.get("container", {}).get("image", "") for e in executors.values()} - {""}
 
 
-PLACEHOLDER_HINT = (
-    "build and push the image first (make image IMAGE=registry.example.com/kfp-ddp:TAG; docker "
-    "push ...) and pass it with --image or $KFP_DDP_IMAGE"
-)
-
-
-def refuse_placeholder_image(pipeline_spec: dict, *, what: str) -> None:
-    """Refuse to send a pipeline whose steps run the placeholder image (it exists nowhere)."""
-    if DEFAULT_IMAGE in package_images(pipeline_spec):
-        raise click.UsageError(
-            f"{what}: the pipeline's steps run the placeholder image {DEFAULT_IMAGE}, which no "
-            f"registry serves; {PLACEHOLDER_HINT}"
-        )
+def submitted_images(pipeline_spec: dict, arguments: dict[str, Any] | None = None) -> set[str]:
+    """Every image a run of the pipeline pulls: its steps' and the training nodes' (the
+    ``image`` parameter's argument, else its declared default)."""
+    images = package_images(pipeline_spec)
+    node_image = (arguments or {}).get("image")
+    if node_image is None:
+        node_image = declared_inputs(pipeline_spec).get("image", {}).get("defaultValue")
+    if isinstance(node_image, str) and node_image:
+        images.add(node_image)
+    return images
 
 
 @contextlib.contextmanager
@@ -155,21 +153,18 @@ def package_for_submit(
     package: Path | None,
     image: str,
     *,
-    what: str,
     storage: str = "object-store",
     no_cache: bool = False,
 ) -> Iterator[tuple[Path, dict]]:
     """Yield (path of the package to send, its PipelineSpec dict).
 
     Without ``--package`` the pipeline is compiled now for ``--image`` and ``storage``; with
-    ``no_cache`` a copy with caching disabled on every task is written and sent instead. A
-    package whose steps run the placeholder image is refused (``what`` names the command).
+    ``no_cache`` a copy with caching disabled on every task is written and sent instead.
     """
     with tempfile.TemporaryDirectory(prefix="kfp-ddp-") as tmp:
         if package is None:
             package = compile_pipeline(Path(tmp) / "pipeline.yaml", image=image, storage=storage)
         spec, platform = load_package(package)
-        refuse_placeholder_image(spec, what=what)
         if no_cache:
             disable_caching(spec)
             package = Path(tmp) / "pipeline-no-cache.yaml"

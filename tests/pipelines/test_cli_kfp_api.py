@@ -16,16 +16,23 @@ import yaml
 from click.testing import CliRunner
 
 from pipelines.cli import main
-from pipelines.package import DEFAULT_PACKAGE, compile_pipeline
+from pipelines.package import compile_pipeline
 from tests.pipelines.kfp_api_server import FakeKfpServer
 
 IMAGE = "registry.example/kfp-ddp:1.0"
 REQUIRED = ["-p", "data_uri=s3://bucket/digits", "-p", "publish_uri=s3://bucket/models"]
 
 
+@pytest.fixture(autouse=True)
+def _images_exist(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the KFP API: IMAGE's registry is taken to have it (the check that
+    asks registries is tested in test_cli_image_check.py, against a real one)."""
+    monkeypatch.setattr("pipelines.cli.check_images", lambda images, *, what: None)
+
+
 @functools.cache
 def compiled_package() -> Path:
-    """The pipeline compiled for a real-looking image (the committed one runs the placeholder)."""
+    """The pipeline compiled for another image than the committed one's release image."""
     folder = Path(tempfile.mkdtemp(prefix="kfp-ddp-test-package-"))
     return compile_pipeline(folder / "pipeline.yaml", image=IMAGE)
 
@@ -306,7 +313,7 @@ def test_console_script_exits_non_zero_without_traceback() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KFP_", "KF_PIPELINES"))}
     url = f"http://127.0.0.1:{closed_port()}"
     proc = subprocess.run(
-        [str(script), "run", "--host", url, "--package", PACKAGE, *REQUIRED],
+        [str(script), "run", "--host", url, "--package", PACKAGE, "--skip-image-check", *REQUIRED],
         capture_output=True,
         text=True,
         env=env,
@@ -325,31 +332,6 @@ def test_disable_caching_walks_nested_dags() -> None:
 
     spec = json.loads(json.dumps(committed_docs()[0]))
     assert disable_caching(spec) >= 5
-
-
-@pytest.mark.parametrize("command", ["run", "upload", "schedule"])
-def test_the_placeholder_image_is_refused_before_any_request(
-    kfp_server: FakeKfpServer, command: str
-) -> None:
-    extra = ["--cron", "0 2 * * *"] if command == "schedule" else []
-    params = REQUIRED if command != "upload" else []
-    result = invoke(
-        command, "--host", kfp_server.url, "--package", str(DEFAULT_PACKAGE), *extra, *params
-    )
-    assert result.exit_code == 2, result.output
-    assert "placeholder image ghcr.io/kfp-ddp/kfp-ddp:0.1.0" in result.output
-    assert "--image" in result.output
-    assert kfp_server.requests == []
-
-
-def test_compile_warns_about_the_placeholder_image(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["compile", "--output", str(tmp_path / "p.yaml")])
-    assert result.exit_code == 0, result.output
-    assert "placeholder" in result.stderr and "--image" in result.stderr
-    quiet = CliRunner().invoke(
-        main, ["compile", "--output", str(tmp_path / "q.yaml"), "--image", IMAGE]
-    )
-    assert "placeholder" not in quiet.stderr
 
 
 def test_bad_arguments_are_refused_one_line_each_before_any_request(

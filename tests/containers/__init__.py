@@ -1,0 +1,1 @@
+"""Container image tests and their fixtures (registry.py: an OCI registry on loopback)."""
