@@ -13,7 +13,8 @@ They obey the spec's rules (``spec_problems``, run by ``TrainSpec``'s checks): v
 the Pod Security level (``restricted`` allows exactly the kinds Kubernetes' restricted standard
 allows; a hostPath volume needs ``pod_security=privileged`` and a folder outside the node's
 system folders, like ``stage_cache_host_path``), no name or mount path that one of the spec's
-own volumes uses, no variable the spec or the controller sets.
+own volumes uses (the scratch emptyDirs at /tmp and HOME included: a mount below them is fine),
+no variable the spec or the controller sets.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ RESTRICTED_VOLUME_KINDS = (
     "secret",
 )
 """The volume kinds Kubernetes' restricted Pod Security Standard allows."""
-RESERVED_VOLUME_NAMES = ("dshm", "staged-data", "stage-cache")
+RESERVED_VOLUME_NAMES = ("dshm", "tmp", "home", "staged-data", "stage-cache")
 """Volume names the spec's own volumes use (``pod_parts``; PVC mounts are ``pvc-N``)."""
 RESERVED_PATHS = ("/dev/shm", "/stage", "/stage-cache")
 
@@ -126,9 +127,10 @@ def _affinity_problems(affinity: Any) -> list[tuple[str, str]]:
 
 def _env_problems(spec: Any, extras: PodExtras) -> list[tuple[str, str]]:
     from components.launcher.names import ENV_NAME
+    from components.launcher.spec_rules import SCRATCH_ENV
 
     found = []
-    own = set(spec.merged_env()) | set(_s3_names(spec))
+    own = set(spec.merged_env()) | set(_s3_names(spec)) | set(SCRATCH_ENV)
     seen: set[str] = set()
     for var in extras.env:
         name = var.get("name") if isinstance(var, dict) else None
@@ -209,6 +211,8 @@ def _source_problem(spec: Any, volume: dict[str, Any]) -> str:
 
 
 def _mount_problems(spec: Any, extras: PodExtras, names: set[str]) -> list[tuple[str, str]]:
+    from components.launcher.spec_rules import scratch_clash, scratch_dir_at
+
     found = []
     taken = {p.path for p in spec.pvcs} | set(RESERVED_PATHS)
     for mount in extras.volume_mounts:
@@ -219,7 +223,10 @@ def _mount_problems(spec: Any, extras: PodExtras, names: set[str]) -> list[tuple
         if not isinstance(path, str) or not path.startswith("/"):
             found.append(("pod_extras", f"volume mount {mount!r}: needs an absolute mountPath"))
             continue
-        if path in taken or any(path.startswith(p + "/") for p in RESERVED_PATHS):
+        scratch = scratch_dir_at(path)
+        if scratch:
+            found.append(("pod_extras", f"volume mount {name} at {path}: {scratch_clash(scratch)}"))
+        elif path in taken or any(path.startswith(p + "/") for p in RESERVED_PATHS):
             found.append(
                 ("pod_extras", f"volume mount {name} at {path}: a path the spec mounts too")
             )

@@ -1,5 +1,6 @@
 """Pod pieces every API's manifest shares: resources (CPU, memory, GPUs, disk), volumes
-(/dev/shm, the staging volume and PVCs), tolerations, the staging init container.
+(/dev/shm, the scratch folders /tmp and HOME, the staging volume and PVCs), tolerations, the
+staging init container.
 
 Built once, with the ``kubernetes`` client's models; the PyTorchJob builder puts them into its pod
 template, the TrainJob builder into ``resourcesPerNode`` and its runtime patch.
@@ -12,7 +13,15 @@ from typing import Any
 from kubernetes import client as k8s
 
 from components.launcher import pod_security
-from components.launcher.spec import STAGE_CACHE, STAGE_ROOT, TrainSpec
+from components.launcher.spec import (
+    SCRATCH_DIRS,
+    SCRATCH_ENV,
+    STAGE_CACHE,
+    STAGE_ROOT,
+    STAGE_SYNC_CACHE,
+    TrainSpec,
+)
+from components.s3_sync.hash_cache import CACHE_ENV
 
 SHM_VOLUME = "dshm"
 STAGE_VOLUME = "staged-data"
@@ -37,8 +46,9 @@ def resources(spec: TrainSpec) -> k8s.V1ResourceRequirements | None:
 
 
 def volumes(spec: TrainSpec) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount]]:
-    """The memory-backed /dev/shm and the PVCs, with their mounts in the training container,
-    then ``pod_extras``' volumes and mounts (Kubernetes JSON, serialised as they are)."""
+    """The memory-backed /dev/shm, the scratch folders, the staging volume and the PVCs, with
+    their mounts in the training container, then ``pod_extras``' volumes and mounts (Kubernetes
+    JSON, serialised as they are)."""
     found: list[k8s.V1Volume] = []
     mounts: list[k8s.V1VolumeMount] = []
     if spec.shm_size:
@@ -49,6 +59,8 @@ def volumes(spec: TrainSpec) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount
             )
         )
         mounts.append(k8s.V1VolumeMount(name=SHM_VOLUME, mount_path="/dev/shm"))
+    found += scratch_volumes()
+    mounts += scratch_mounts()
     if spec.stage_data_uri:
         found += stage_volumes(spec)
         mounts += stage_mounts(spec)
@@ -66,6 +78,22 @@ def volumes(spec: TrainSpec) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount
             k8s.V1VolumeMount(name=name, mount_path=pvc.path, read_only=pvc.read_only or None)
         )
     return found + spec.pod_extras.volumes, mounts + spec.pod_extras.volume_mounts
+
+
+def scratch_volumes() -> list[k8s.V1Volume]:
+    """The emptyDirs of /tmp and HOME, bounded (their sizes count in the pod's disk, ``sizing``):
+    every container's root file system is read-only."""
+    return [
+        k8s.V1Volume(
+            name=scratch.volume,
+            empty_dir=k8s.V1EmptyDirVolumeSource(size_limit=f"{scratch.size_gi}Gi"),
+        )
+        for scratch in SCRATCH_DIRS
+    ]
+
+
+def scratch_mounts() -> list[k8s.V1VolumeMount]:
+    return [k8s.V1VolumeMount(name=d.volume, mount_path=d.path) for d in SCRATCH_DIRS]
 
 
 def tolerations(spec: TrainSpec) -> list[k8s.V1Toleration] | None:
@@ -129,10 +157,23 @@ def s3_env(spec: TrainSpec) -> list[k8s.V1EnvVar]:
     return found
 
 
-def env_vars(spec: TrainSpec) -> list[k8s.V1EnvVar] | None:
-    """The plain values, the S3 settings, then ``pod_extras``' references (Kubernetes JSON)."""
-    plain_env = [k8s.V1EnvVar(name=k, value=v) for k, v in spec.merged_env().items()]
-    return plain_env + s3_env(spec) + spec.pod_extras.env or None
+def container_env(spec: TrainSpec, *, given: dict[str, str] | None = None) -> list[k8s.V1EnvVar]:
+    """What every container we render gets, unless ``given`` (the container's other values) has
+    it: HOME and TMPDIR on the scratch emptyDirs (``SCRATCH_ENV``, whatever the image says) and,
+    when the pod stages data, the stager's hash cache on the staging volume (one entry per file
+    of the data set: it grows with it)."""
+    values = dict(SCRATCH_ENV)
+    if spec.stage_data_uri:
+        values[CACHE_ENV] = STAGE_SYNC_CACHE
+    return [k8s.V1EnvVar(name=k, value=v) for k, v in values.items() if k not in (given or {})]
+
+
+def env_vars(spec: TrainSpec) -> list[k8s.V1EnvVar]:
+    """The training container's: ``container_env``, the plain values (which win), the S3
+    settings, then ``pod_extras``' references (Kubernetes JSON)."""
+    plain = spec.merged_env()
+    plain_env = [k8s.V1EnvVar(name=k, value=v) for k, v in plain.items()]
+    return container_env(spec, given=plain) + plain_env + s3_env(spec) + spec.pod_extras.env
 
 
 def stage_init_container(spec: TrainSpec) -> k8s.V1Container | None:
@@ -143,8 +184,8 @@ def stage_init_container(spec: TrainSpec) -> k8s.V1Container | None:
         name="stage-data",
         image=spec.image,
         command=spec.stage_command(),
-        env=s3_env(spec) or None,
-        volume_mounts=stage_mounts(spec),
+        env=container_env(spec) + s3_env(spec),
+        volume_mounts=scratch_mounts() + stage_mounts(spec),
         security_context=pod_security.container_context(spec, training=False),
     )
 

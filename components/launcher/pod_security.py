@@ -7,9 +7,14 @@
   ``fsGroup`` (volumes writable by the group); every container — ours and our init container —
   has ``allowPrivilegeEscalation: false`` and drops ``ALL`` capabilities.
 - ``baseline``: no privilege escalation, ``RuntimeDefault`` seccomp; the image may run as root.
-- ``privileged``: nothing imposed; the one level that allows the opt-in ``capabilities``
-  (IPC_LOCK for RDMA), ``host_network`` and a hostPath staging cache (``TrainSpec`` refuses them
-  at the other levels, naming the level they need).
+- ``privileged``: nothing imposed but the read-only root (below); the one level that allows
+  the opt-in ``capabilities`` (IPC_LOCK for RDMA), ``host_network`` and a hostPath staging cache
+  (``TrainSpec`` refuses them at the other levels, naming the level they need).
+
+At every level, every container's root file system is read-only (``readOnlyRootFilesystem``: no
+process can alter the image's programs, and nothing is written to the node's disk outside a
+bounded volume): the containers write to /dev/shm, the scratch emptyDirs at /tmp and HOME
+(``SCRATCH_DIRS``), the staging volume and the job's PVCs (``pod_parts.volumes``).
 
 The same contexts go into the TrainJob's runtime patch (pod and ``node`` container) and the
 PyTorchJob/TFJob pod template (every container and init container).
@@ -38,14 +43,14 @@ def pod_context(spec: TrainSpec) -> k8s.V1PodSecurityContext | None:
     return context if any(v is not None for v in context.to_dict().values()) else None
 
 
-def container_context(spec: TrainSpec, *, training: bool = True) -> k8s.V1SecurityContext | None:
+def container_context(spec: TrainSpec, *, training: bool = True) -> k8s.V1SecurityContext:
     """A container's securityContext (``training``: the one that may add capabilities)."""
     level = spec.pod_security
     added = spec.capabilities if training and level == "privileged" else []
     dropped = ["ALL"] if level == "restricted" else None
     capabilities = k8s.V1Capabilities(add=added or None, drop=dropped) if added or dropped else None
-    context = k8s.V1SecurityContext(
+    return k8s.V1SecurityContext(
         allow_privilege_escalation=False if level != "privileged" else None,
         capabilities=capabilities,
+        read_only_root_filesystem=True,
     )
-    return context if any(v is not None for v in context.to_dict().values()) else None

@@ -11,8 +11,9 @@ memory request         16Gi per GPU; 4Gi per process without GPUs; plus an expli
 /dev/shm (auto)        2Gi per process, at most half the memory request (or limit)
 staging volume         1.1 x the data set's bytes, rounded up to whole GiB, + checkpoint_space
                        (20Gi); unknown size: 100Gi + checkpoint_space
-ephemeral-storage      the staging volume + 4Gi (container layer, logs, caches); 4Gi without
-                       staging
+/tmp, HOME             emptyDirs of 1Gi and 2Gi (the root file system is read-only)
+ephemeral-storage      the staging volume + /tmp + HOME + 1Gi for the logs: the staging volume
+                       + 4Gi; 4Gi without staging
 =====================  ==========================================================================
 """
 
@@ -30,8 +31,13 @@ STAGE_HEADROOM = 1.1
 """The staging volume holds the data set plus 10% (file system overhead, a partial download)."""
 UNKNOWN_DATA_GI = 100
 """The staging volume's data part when the data set's size is not known."""
-CONTAINER_DISK_GI = 4
-"""Disk a container needs besides its volumes: its writable layer, logs, compile caches."""
+TMP_GI = 1
+"""/tmp's emptyDir: temporary files (Python's tempfile, torchrun's logs, the compilers')."""
+HOME_GI = 2
+"""HOME's emptyDir: its caches (Triton's and TorchInductor's compiled kernels, CUDA's JIT cache)."""
+LOGS_GI = 1
+"""Disk a pod needs besides its volumes: its containers' logs (their root file systems are
+read-only, so they write nothing else)."""
 GI = 2**30
 
 
@@ -77,6 +83,6 @@ def stage_volume_size(data_bytes: int | None, checkpoint_space: str) -> str:
 
 
 def ephemeral_storage(stage_volume: str | None) -> str:
-    """The pod's disk: its staging volume (if any) plus the container's own."""
+    """The pod's disk: its staging volume (if any), its /tmp and HOME, and its logs."""
     volume = quantity(stage_volume) if stage_volume else 0
-    return gibibytes(volume + CONTAINER_DISK_GI * GI)
+    return gibibytes(volume + (TMP_GI + HOME_GI + LOGS_GI) * GI)

@@ -32,14 +32,18 @@ from components.launcher.spec_rules import (
     APIS,
     CHOICES,
     CLEAN_POD_POLICIES,
+    IMAGE_HOME,
     NCCL_PRESETS,
     NODE_ACCESS_FIELDS,
     NODE_OUTPUT,
     RESTART_POLICIES,
     RUNTIME_KINDS,
+    SCRATCH_DIRS,
+    SCRATCH_ENV,
     STAGE_CACHE,
     STAGE_CACHE_KEEP,
     STAGE_ROOT,
+    STAGE_SYNC_CACHE,
     STAGED_DATA,
     TOLERATION_EFFECTS,
     TOLERATION_OPERATORS,
@@ -53,6 +57,7 @@ __all__ = [  # the spec's vocabulary lives in spec_rules; importers find it here
     "CHOICES",
     "CLEAN_POD_POLICIES",
     "DEFAULT_COMMAND",
+    "IMAGE_HOME",
     "NCCL_PRESETS",
     "NODE_ACCESS_FIELDS",
     "NODE_OUTPUT",
@@ -60,10 +65,13 @@ __all__ = [  # the spec's vocabulary lives in spec_rules; importers find it here
     "PvcMount",
     "RESTART_POLICIES",
     "RUNTIME_KINDS",
+    "SCRATCH_DIRS",
+    "SCRATCH_ENV",
     "SHM_PER_PROCESS_GI",
     "STAGE_CACHE",
     "STAGED_DATA",
     "STAGE_ROOT",
+    "STAGE_SYNC_CACHE",
     "SpecError",
     "TOLERATION_EFFECTS",
     "TOLERATION_OPERATORS",
@@ -172,7 +180,8 @@ class TrainSpec(SpecChecks):
     equal to the requests: the pods are the last evicted)."""
     ephemeral_storage: str | None = None
     """Node-local disk per pod: its ephemeral-storage request and limit. None: the staging
-    volume (see stage_data_bytes) plus 4Gi for the container's own files, logs and caches."""
+    volume (see stage_data_bytes) plus 4Gi: the /tmp (1Gi) and HOME (2Gi) emptyDirs and 1Gi of
+    logs (the containers' root file systems are read-only)."""
     rdma_resource: str | None = None
     """Extended resource of the RDMA device (e.g. rdma/rdma_shared_device_a), 1 per node, with
     nccl_preset=infiniband (from your RDMA device plugin)."""

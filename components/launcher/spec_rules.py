@@ -9,10 +9,10 @@ here are re-exported there.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from components import DEFAULT_IMAGE
-from components.launcher import monitoring, pod_extras
+from components.launcher import monitoring, pod_extras, sizing
 from components.launcher.names import (
     DNS1035,
     DNS1123_LABEL,
@@ -115,6 +115,46 @@ that a job still training may read; older ones are evicted, unless in use."""
 NODE_OUTPUT = f"{STAGE_ROOT}/output"
 """A node's own output folder (same disk as its staged data) when no volume is shared: the
 trainer mirrors its checkpoints and model to S3 (--checkpoint-uri) from there."""
+STAGE_SYNC_CACHE = f"{STAGE_ROOT}/.s3-sync-cache"
+"""The stager's hash cache (``S3SYNC_CACHE_DIR``: one entry per file of the data set): on the
+staging volume, which grows with the data set, rather than in HOME's bounded emptyDir."""
+IMAGE_HOME = "/home/kfp-ddp"
+"""HOME of the image's kfp-ddp user (the Dockerfile); XDG_CACHE_HOME and every cache folder the
+image names (Triton, TorchInductor, torch, matplotlib) are inside it."""
+
+
+class ScratchDir(NamedTuple):
+    """A folder the containers write although their root file system is read-only: an emptyDir
+    of every pod, mounted into every container the launcher renders."""
+
+    volume: str
+    path: str
+    size_gi: int
+    """The emptyDir's sizeLimit in GiB (counted in the pod's ephemeral-storage, see sizing)."""
+    holds: str
+    """What is written there (named by the error that refuses another volume at its path)."""
+
+
+SCRATCH_DIRS = (
+    ScratchDir(
+        volume="tmp",
+        path="/tmp",
+        size_gi=sizing.TMP_GI,
+        holds="temporary files: Python's tempfile, torchrun's log folder, the C compiler of "
+        "Triton and TorchInductor",
+    ),
+    ScratchDir(
+        volume="home",
+        path=IMAGE_HOME,
+        size_gi=sizing.HOME_GI,
+        holds="HOME and its caches: Triton, TorchInductor, torch, matplotlib, CUDA's JIT cache",
+    ),
+)
+"""Every container's root file system is read-only (``readOnlyRootFilesystem``): these, /dev/shm
+and the job's volumes (staging, PVCs) are all it may write."""
+SCRATCH_ENV = {"HOME": IMAGE_HOME, "TMPDIR": "/tmp"}
+"""Set in every container unless ``env`` sets them: whatever the image says, a program's home and
+temporary files land on the scratch emptyDirs."""
 
 _GANG = (
     "gang scheduling is a runtime setting in Kubeflow Trainer v2 (the runtime's podGroupPolicy, "
@@ -429,6 +469,9 @@ class SpecChecks:
                     f"mount path {p.path!r} must be absolute, unique, not /dev/shm and not "
                     f"{STAGE_ROOT} with stage_data_uri",
                 )
+            scratch = scratch_dir_at(p.path)
+            if scratch:
+                self._fail("pvcs", f"mount path {p.path!r}: {scratch_clash(scratch)}")
             seen.add(p.path)
 
     def _check_scheduling(self) -> None:
@@ -527,6 +570,23 @@ class SpecChecks:
                 "TF_CONFIG is set by the Training Operator for each replica (cluster and task); "
                 "leave it out",
             )
+
+
+def scratch_dir_at(path: Any) -> ScratchDir | None:
+    """The scratch folder mounted exactly at ``path`` (None: none; a folder below one is fine)."""
+    if not isinstance(path, str):
+        return None
+    return next((d for d in SCRATCH_DIRS if d.path == path.rstrip("/")), None)
+
+
+def scratch_clash(scratch: ScratchDir) -> str:
+    """Why a volume of the user's may not take a scratch folder's path, and what to do instead."""
+    return (
+        f"the pods mount their own emptyDir {scratch.volume!r} there ({scratch.holds}), as every "
+        "container's root file system is read-only: mount the volume at another path (a folder "
+        f"below {scratch.path} is fine), and point the program there (e.g. env "
+        "TORCHINDUCTOR_CACHE_DIR for a cache kept between runs)"
+    )
 
 
 def _host_path_problem(path: Any) -> str:

@@ -48,7 +48,7 @@ def build_pod_template(
         image=spec.image,
         command=spec.container_command(),
         args=spec.container_args() or None,
-        env=own + (pod_parts.env_vars(spec) or []) or None,
+        env=own + pod_parts.env_vars(spec),
         resources=pod_parts.resources(spec),
         volume_mounts=mounts or None,
         security_context=pod_security.container_context(spec),

@@ -12,9 +12,9 @@ allow only the pod fields the Trainer API lets a TrainJob patch, and serialised 
 - ``runtimePatches`` (manager ``kfp-ddp.io/launcher``) for what a TrainJob has no field for:
   the pods' labels and annotations (the Istio opt-out), service account, node selector,
   affinity, tolerations, image pull secrets, termination grace period, the pod's and the ``node``
-  container's securityContext (``pod_security``), the ``/dev/shm`` emptyDir, the staging volume
-  and PVC volumes with their mounts in the ``node`` container, ``pod_extras``' volumes and
-  mounts;
+  container's securityContext (``pod_security``; a read-only root file system), the ``/dev/shm``
+  emptyDir, the ``/tmp`` and HOME emptyDirs, the staging volume and PVC volumes with their
+  mounts in the ``node`` container, ``pod_extras``' volumes and mounts;
 - the run-scoped labels and the Kueue queue label on the TrainJob (queued jobs start suspended,
   Kueue admits them), ``activeDeadlineSeconds``.
 
@@ -52,7 +52,7 @@ def _trainer(spec: TrainSpec) -> tm.TrainerV1alpha1Trainer:
         image=spec.image,
         command=command,
         args=spec.container_args() or None,
-        env=[tm.IoK8sApiCoreV1EnvVar.from_dict(e) for e in pod_parts.plain(env)] if env else None,
+        env=[tm.IoK8sApiCoreV1EnvVar.from_dict(e) for e in pod_parts.plain(env)],
         numNodes=spec.workers,
         numProcPerNode=spec.nproc_per_node,
         resourcesPerNode=tm.IoK8sApiCoreV1ResourceRequirements.from_dict(pod_parts.plain(resources))

@@ -103,7 +103,8 @@ def test_pytorch_master_gives_one_master_and_n_minus_one_workers():
         "limits": {"nvidia.com/gpu": "8", "ephemeral-storage": "4Gi"},
     }
     assert container(m, "Worker") == container(m, "Master")
-    assert "env" not in container(m)  # the operator's MASTER_ADDR/RANK, no rendezvous of ours
+    # The operator's MASTER_ADDR/RANK, no rendezvous of ours: only HOME and TMPDIR (read-only root).
+    assert [e["name"] for e in container(m)["env"]] == ["HOME", "TMPDIR"]
 
 
 def test_resources_requests_and_limits():
@@ -141,16 +142,22 @@ def test_nccl_presets_and_env_override(preset):
 
 def test_env_without_preset():
     assert env_of(build_pytorchjob(TrainSpec(name="j", env={"A": "1", "B_2": "x y"}))) == {
+        "HOME": "/home/kfp-ddp",
+        "TMPDIR": "/tmp",
         "A": "1",
         "B_2": "x y",
     }
+    # The user's value wins over ours (then it is theirs to make writable: a volume's folder).
+    mine = TrainSpec(name="j", env={"HOME": "/workspace/home"}, pvcs=["ws:/workspace"])
+    assert env_of(build_pytorchjob(mine))["HOME"] == "/workspace/home"
 
 
 def test_shm_size_and_none():
     m = build_pytorchjob(TrainSpec(name="j", shm_size="8Gi"))
     assert pod(m)["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] == "8Gi"
     m = build_pytorchjob(TrainSpec(name="j", shm_size=None))
-    assert "volumes" not in pod(m)["spec"] and "volumeMounts" not in container(m)
+    assert "dshm" not in [v["name"] for v in pod(m)["spec"]["volumes"]]
+    assert "/dev/shm" not in [mount["mountPath"] for mount in container(m)["volumeMounts"]]
 
 
 def test_pvc_mounts_from_objects_strings_and_dicts():

@@ -44,7 +44,12 @@ def test_one_worker_is_a_lone_chief_running_the_users_program():
     c = container(m)
     assert c["name"] == "tensorflow"  # the operator adds TF_CONFIG to the container of this name
     assert c["image"] == PROGRAM["image"] and c["command"] == PROGRAM["command"]
-    assert c["args"] == ["--epochs", "1"] and "env" not in c
+    assert c["args"] == ["--epochs", "1"]
+    # The user's image, whatever its HOME: its home and temporary files go to the emptyDirs.
+    assert c["env"] == [
+        {"name": "HOME", "value": "/home/kfp-ddp"},
+        {"name": "TMPDIR", "value": "/tmp"},
+    ]
     # a finished job is garbage-collected after a week unless ttl_seconds_after_finished says
     assert m["spec"]["runPolicy"] == {
         "backoffLimit": 3,
@@ -128,7 +133,8 @@ def test_env_is_the_preset_then_the_users(preset):
     values = {e["name"]: e["value"] for e in env["env"]}
     # the preset pins the pods' interface (network_interface, eth0 by default)
     preset_env = {k: v.replace("{interface}", "eth0") for k, v in NCCL_PRESETS[preset].items()}
-    assert values == preset_env | {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    scratch = {"HOME": "/home/kfp-ddp", "TMPDIR": "/tmp"}
+    assert values == scratch | preset_env | {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def test_build_manifest_builds_a_tfjob_for_api_tfjob_and_refuses_what_it_cannot_express():

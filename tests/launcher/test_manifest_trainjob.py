@@ -37,7 +37,11 @@ def test_defaults_run_the_trainer_through_torchrun_on_the_torch_runtime():
     assert trainer["command"] == ["python", "-m", "trainer.torchrun", "-m", "trainer.train"]
     assert trainer["args"] == ["--epochs", "1"]
     assert trainer["numNodes"] == 1 and trainer["numProcPerNode"] == 1
-    assert "env" not in trainer
+    # HOME and TMPDIR on the scratch emptyDirs, whatever the image says (read-only root).
+    assert trainer["env"] == [
+        {"name": "HOME", "value": "/home/kfp-ddp"},
+        {"name": "TMPDIR", "value": "/tmp"},
+    ]
     # Never BestEffort, and a bounded disk (components/launcher/sizing.py).
     assert trainer["resourcesPerNode"] == {
         "requests": {"cpu": "1", "memory": "4Gi", "ephemeral-storage": "4Gi"},
@@ -50,17 +54,25 @@ def test_defaults_run_the_trainer_through_torchrun_on_the_torch_runtime():
     assert pod["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
     assert pod["spec"]["terminationGracePeriodSeconds"] == 120
     assert pod["spec"]["volumes"] == [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+        {"name": "home", "emptyDir": {"sizeLimit": "2Gi"}},
     ]
-    # Restricted Pod Security: the pod runs as the image's non-root user; nothing escalates.
+    # Restricted Pod Security: the pod runs as the image's non-root user; nothing escalates; the
+    # root file system is read-only, so /tmp and HOME are emptyDirs.
     assert pod["spec"]["containers"] == [
         {
             "name": "node",
             "securityContext": {
                 "allowPrivilegeEscalation": False,
                 "capabilities": {"drop": ["ALL"]},
+                "readOnlyRootFilesystem": True,
             },
-            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+            "volumeMounts": [
+                {"name": "dshm", "mountPath": "/dev/shm"},
+                {"name": "tmp", "mountPath": "/tmp"},
+                {"name": "home", "mountPath": "/home/kfp-ddp"},
+            ],
         }
     ]
     assert pod["spec"]["securityContext"] == {
@@ -105,7 +117,8 @@ def test_env_is_the_preset_then_the_users(preset):
     m = build_trainjob(TrainSpec(name="j", nccl_preset=preset, env={"NCCL_DEBUG": "X", "A": "1"}))
     env = {e["name"]: e["value"] for e in m["spec"]["trainer"]["env"]}
     preset_env = {k: v.replace("{interface}", "eth0") for k, v in NCCL_PRESETS[preset].items()}
-    assert env == preset_env | {"NCCL_DEBUG": "X", "A": "1"}
+    scratch = {"HOME": "/home/kfp-ddp", "TMPDIR": "/tmp"}
+    assert env == scratch | preset_env | {"NCCL_DEBUG": "X", "A": "1"}
     assert not any(name.startswith("PET_") for name in env)
 
 
@@ -130,11 +143,15 @@ def test_pod_settings_go_through_the_runtime_patch():
     pod = patch_of(m)
     assert pod["spec"]["volumes"] == [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+        {"name": "home", "emptyDir": {"sizeLimit": "2Gi"}},
         {"name": "pvc-0", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}},
         {"name": "pvc-1", "persistentVolumeClaim": {"claimName": "ws"}},
     ]
     assert pod["spec"]["containers"][0]["volumeMounts"] == [
         {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "home", "mountPath": "/home/kfp-ddp"},
         {"name": "pvc-0", "mountPath": "/data", "readOnly": True},
         {"name": "pvc-1", "mountPath": "/workspace"},
     ]
@@ -156,13 +173,16 @@ def test_pod_settings_go_through_the_runtime_patch():
     assert pod["metadata"]["annotations"] == {"example.com/owner": "me"}
 
 
-def test_no_shm_and_no_pvcs_leave_no_volumes():
+def test_no_shm_and_no_pvcs_leave_only_the_scratch_folders():
     pod = patch_of(build_trainjob(TrainSpec(name="j", shm_size=None)))
-    assert "volumes" not in pod["spec"]
-    assert [c.get("volumeMounts") for c in pod["spec"]["containers"]] == [None]
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp", "home"]
+    (container,) = pod["spec"]["containers"]
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp", "/home/kfp-ddp"]
     privileged = TrainSpec(name="j", shm_size=None, pod_security="privileged", run_as_user=None)
     privileged.run_as_group = None
-    assert "containers" not in patch_of(build_trainjob(privileged))["spec"]
+    (container,) = patch_of(build_trainjob(privileged))["spec"]["containers"]
+    # Not a Pod Security rule: the root stays read-only at every level.
+    assert container["securityContext"] == {"readOnlyRootFilesystem": True}
 
 
 def test_runtime_kueue_and_deadline():
@@ -337,6 +357,9 @@ def test_rdma_gets_its_device_and_ipc_lock_only_when_asked_for(api):
     else:
         (container,) = m["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
         limits = container["resources"]["limits"]
-    assert container["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert container["securityContext"] == {
+        "capabilities": {"add": ["IPC_LOCK"]},
+        "readOnlyRootFilesystem": True,
+    }
     assert limits["rdma/rdma_shared_device_a"] == "1" and limits["nvidia.com/gpu"] == "8"
     assert schema_errors(api, m) == []

@@ -4,6 +4,8 @@ Each job is submitted to a namespace that enforces a Pod Security Standard
 (``pod-security.kubernetes.io/enforce``); Kubeflow Trainer (through JobSet and the Job
 controller) or the Training Operator then creates the pods — with their init containers, ours
 (data staging) and the operator's (``init-pytorch``) — and the API server admits or refuses each.
+The pods the controllers made keep what the launcher asked for: every container's read-only root
+file system, and the emptyDirs at /tmp and HOME with HOME and TMPDIR pointing there.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import pytest
 from kubernetes import client
 
 from components.launcher import SpecError, TrainSpec, job_api
+from components.launcher.spec import STAGE_ROOT
 from tests.cluster.play import JOB_LABEL
 from tests.launcher.k8s_helpers import TF_PROGRAM
+from tests.launcher.read_only_root import WRITTEN_BY_EVERY_CONTAINER, container_problems
 
 STAGED = {"stage_data_uri": "s3://data/cats", "stage_data_digest": "0f3a" * 16}
 VARIANTS = {
@@ -68,6 +72,31 @@ def admission(cluster, s: TrainSpec, pods: int, timeout: float = 30.0) -> tuple[
     raise TimeoutError(f"neither {pods} pods nor a refusal for {s.api} {s.name} in {timeout} s")
 
 
+def pods_of(cluster, s: TrainSpec) -> list[dict[str, Any]]:
+    """The job's pods as the controllers created them (API JSON)."""
+    core = client.CoreV1Api(cluster.clients())
+    found = core.list_namespaced_pod(s.namespace, label_selector=f"{JOB_LABEL[s.api]}={s.name}")
+    return [client.ApiClient().sanitize_for_serialization(pod) for pod in found.items]
+
+
+def read_only_root_problems(pod: dict[str, Any], s: TrainSpec) -> list[str]:
+    """What a controller-made pod lacks of the read-only root the launcher rendered (every
+    container, the controllers' own included) and of the volumes its programs write to."""
+    spec = pod["spec"]
+    volumes = {v["name"]: v for v in spec.get("volumes") or []}
+    written = list(WRITTEN_BY_EVERY_CONTAINER) + ([STAGE_ROOT] if s.stage_data_uri else [])
+    problems = []
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+        problems += container_problems(container, volumes, written)
+        env = {e["name"] for e in container.get("env") or []}
+        if not {"HOME", "TMPDIR"} <= env:
+            problems.append(f"{container['name']}: no HOME or TMPDIR in {sorted(env)}")
+    for scratch in ("tmp", "home"):
+        if "emptyDir" not in volumes.get(scratch, {}):
+            problems.append(f"{pod['metadata']['name']}: no emptyDir {scratch!r}")
+    return problems
+
+
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("api", ["trainjob", "pytorchjob", "tfjob"])
 def test_the_pods_of_every_job_pass_pod_security(cluster, enforcing, level, api, variant, request):
@@ -75,6 +104,10 @@ def test_the_pods_of_every_job_pass_pod_security(cluster, enforcing, level, api,
     submit(cluster, s)
     verdict, why = admission(cluster, s, pods=2)
     assert verdict == "admitted", why
+    pods = pods_of(cluster, s)
+    assert len(pods) == 2
+    for pod in pods:
+        assert read_only_root_problems(pod, s) == [], pod["metadata"]["name"]
 
 
 def test_ipc_lock_is_an_explicit_opt_in_that_needs_a_privileged_namespace(cluster, request):
@@ -136,5 +169,8 @@ def test_a_master_layout_needs_the_operators_init_template_under_restricted(
                     if p.metadata.labels.get("training.kubeflow.org/replica-type") == "worker"
                 ]
                 assert [c.name for c in worker.spec.init_containers] == ["init-pytorch"]
+                # The template we ship: the operator's container has a read-only root too.
+                (init,) = worker.spec.init_containers
+                assert init.security_context.read_only_root_filesystem is True
         finally:
             plane.delete_namespace(namespace)

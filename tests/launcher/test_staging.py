@@ -47,6 +47,16 @@ SECRET_REFS = [
         "valueFrom": {"secretKeyRef": {"key": "AWS_SECRET_ACCESS_KEY", "name": "s3-credentials"}},
     },
 ]
+SCRATCH_ENV = [
+    {"name": "HOME", "value": "/home/kfp-ddp"},
+    {"name": "TMPDIR", "value": "/tmp"},
+    # The stager's hash cache (an entry per file) on the volume that grows with the data set.
+    {"name": "S3SYNC_CACHE_DIR", "value": "/stage/.s3-sync-cache"},
+]
+SCRATCH_MOUNTS = [
+    {"name": "tmp", "mountPath": "/tmp"},
+    {"name": "home", "mountPath": "/home/kfp-ddp"},
+]
 STAGE = [
     "python",
     "-m",
@@ -65,16 +75,20 @@ def test_a_pytorchjob_stages_in_an_init_container():
     pod = node_pod(m)
     (init,) = pod["initContainers"]
     assert init["name"] == "stage-data" and init["command"] == STAGE
-    assert init["env"] == SECRET_REFS  # the Secret's keys by reference, never their values
-    assert init["volumeMounts"] == [{"name": "staged-data", "mountPath": "/stage"}]
-    # Restricted Pod Security covers our init container too.
+    # The Secret's keys by reference, never their values.
+    assert init["env"] == SCRATCH_ENV + SECRET_REFS
+    stage_mount = {"name": "staged-data", "mountPath": "/stage"}
+    assert init["volumeMounts"] == [*SCRATCH_MOUNTS, stage_mount]
+    # Restricted Pod Security covers our init container too; its root is read-only.
     assert init["securityContext"] == {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
     }
     (container,) = pod["containers"]
-    assert {"name": "staged-data", "mountPath": "/stage"} in container["volumeMounts"]
-    assert [e for e in container["env"] if not e["name"].startswith("PET_RDZV")] == SECRET_REFS
+    assert stage_mount in container["volumeMounts"]
+    env = [e for e in container["env"] if not e["name"].startswith("PET_RDZV")]
+    assert env == SCRATCH_ENV + SECRET_REFS
     # Bounded: the data set (size unknown here: 100Gi) and room for checkpoints (20Gi).
     assert {"name": "staged-data", "emptyDir": {"sizeLimit": "120Gi"}} in pod["volumes"]
     assert schema_errors("pytorchjob", m) == []
@@ -93,7 +107,7 @@ def test_a_trainjob_stages_then_execs_the_trainer():
         "-m",
         "trainer.train",
     ]
-    assert trainer["env"] == SECRET_REFS
+    assert trainer["env"] == SCRATCH_ENV + SECRET_REFS
     pod = node_pod(m)
     assert {"name": "staged-data", "emptyDir": {"sizeLimit": "120Gi"}} in pod["volumes"]
     assert {"name": "staged-data", "mountPath": "/stage"} in pod["containers"][0]["volumeMounts"]
@@ -135,7 +149,7 @@ def test_a_host_path_cache_keeps_staged_data_on_the_node(api):
         *(["--", "python", "-m", "trainer.torchrun", "-m", "trainer.train"] * (api == "trainjob")),
     ]
     if api == "pytorchjob":
-        assert pod["initContainers"][0]["volumeMounts"] == mounts
+        assert pod["initContainers"][0]["volumeMounts"] == SCRATCH_MOUNTS + mounts
     assert schema_errors(api, m) == []
     text = yaml.safe_dump(m)
     assert "AKIA" not in text and "secretKeyRef" in text
