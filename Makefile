@@ -8,7 +8,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 RELEASE_IMAGE := ghcr.io/kfp-ddp/kfp-ddp:$(VERSION)
 IMAGE  ?= $(RELEASE_IMAGE)
 
-.PHONY: setup test lint format demo bench compile components image constraints clean
+.PHONY: setup test lint format demo bench compile components image image-local constraints clean
 
 setup: $(STAMP)
 
@@ -49,8 +49,14 @@ compile: setup
 components: setup
 	$(VENV)/bin/kfp-ddp compile-components --image $(RELEASE_IMAGE) --output components/compiled
 
+# The image, with docker, podman or buildah (whichever this machine has; CONTAINER_TOOL= chooses).
 image:
-	docker build -t $(IMAGE) .
+	IMAGE=$(IMAGE) image/build.sh release
+
+# The CPU image localhost/kfp-ddp:$(VERSION)-cpu with no registry at all (a Debian base made by
+# mmdebstrap, the wheels from this machine's pip): for machines without GPUs, and for the tests.
+image-local: setup
+	PYTHON=$(PY) image/build.sh local
 
 constraints: setup
 	{ head -n 2 constraints.txt; $(PY) -m pip freeze --exclude-editable | sed -E 's/\+(cpu|cu[0-9]+)$$//'; } > constraints.txt.new

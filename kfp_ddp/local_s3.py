@@ -6,10 +6,11 @@ Used by the tests and by ``make demo``::
         s3.create_bucket("data")
         os.environ.update(s3.env())
 
-Every listener is bound to 127.0.0.1 on a free port chosen here, the S3 gateway enforces one
-access/secret key pair (random unless given), the data lives in a temp dir that is removed on
-stop, and the process is stopped by its PID on every exit path (``with`` block, exceptions,
-Ctrl-C, interpreter exit; on Linux also when the starting thread dies).
+Every listener is bound to 127.0.0.1 (or the one address given as ``host``: a test bridge's,
+so that containers on it reach the server and nothing else does) on a free port chosen here,
+the S3 gateway enforces one access/secret key pair (random unless given), the data lives in a
+temp dir that is removed on stop, and the process is stopped by its PID on every exit path
+(``with`` block, exceptions, Ctrl-C, interpreter exit; on Linux also when the starting thread dies).
 
 Storage is sized explicitly, so that the server behaves the same on any disk: ``weed mini``
 otherwise derives its volume size (64-1024 MB) and its number of volume slots (free disk /
@@ -89,13 +90,13 @@ def find_weed_binary() -> str:
     )
 
 
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on 127.0.0.1 (held open together so none repeats)."""
+def _free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct free TCP ports on ``host`` (held open together so none repeats)."""
     sockets = []
     try:
         for _ in range(count):
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
+            sock.bind((host, 0))
             sockets.append(sock)
         return [s.getsockname()[1] for s in sockets]
     finally:
@@ -117,6 +118,8 @@ class LocalS3Server:
     """SeaweedFS ``weed mini`` on 127.0.0.1 with free ports and an enforced key pair.
 
     Args:
+        host: the address every listener binds (default loopback); a local bridge's address
+            makes the server reachable from containers on that bridge.
         access_key: S3 access key the server accepts (random when None).
         secret_key: S3 secret key the server accepts (random when None).
         region: region reported by :meth:`env` and used by :meth:`client`.
@@ -140,6 +143,7 @@ class LocalS3Server:
     def __init__(
         self,
         *,
+        host: str = "127.0.0.1",
         access_key: str | None = None,
         secret_key: str | None = None,
         region: str = "us-east-1",
@@ -157,6 +161,7 @@ class LocalS3Server:
         ):
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"LocalS3Server: {knob}={value!r} must be an integer >= {low}")
+        self.host = host
         self.volume_size_mb = volume_size_mb
         self.max_volumes = max_volumes
         self.min_free_mb = min_free_mb
@@ -221,7 +226,7 @@ class LocalS3Server:
         fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             json.dump({"identities": [identity, *self.extra_identities]}, fh)
-        self.ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS)), strict=True))
+        self.ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS), self.host), strict=True))
         cmd = [
             weed,
             f"-logdir={self._tmp}",
@@ -229,8 +234,8 @@ class LocalS3Server:
             f"-config_dir={self._tmp}",
             "mini",
             f"-dir={data_dir}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
+            f"-ip={self.host}",
+            f"-ip.bind={self.host}",
             f"-s3.config={config}",
             "-webdav=false",
             "-admin.ui=false",
@@ -245,7 +250,7 @@ class LocalS3Server:
             "-master.volumePreallocate=false",
         ]
         cmd += [f"-{flag}={port}" for flag, port in self.ports.items()]
-        self.endpoint_url = f"http://127.0.0.1:{self.ports['s3.port']}"
+        self.endpoint_url = f"http://{self.host}:{self.ports['s3.port']}"
         self._log_file = open(self._tmp / "weed.log", "wb")  # noqa: SIM115 - closed in stop()
         self._proc = subprocess.Popen(
             cmd,
@@ -386,7 +391,7 @@ class LocalS3Server:
     def _volume_slots(self) -> _VolumeSlots | None:
         """The volume slots as the master counts them (None: no answer; a total of 0: no volume
         server has reported yet)."""
-        url = f"http://127.0.0.1:{self.ports.get('master.port')}/dir/status"
+        url = f"http://{self.host}:{self.ports.get('master.port')}/dir/status"
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 topology = json.load(response)["Topology"]

@@ -10,7 +10,7 @@ import pytest
 
 from tests.image_data import write_image_folder
 
-pytest_plugins = ["tests.cluster.plugin", "tests.containers.registry"]
+pytest_plugins = ["tests.cluster.plugin", "tests.containers.plugin", "tests.containers.registry"]
 
 SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
 

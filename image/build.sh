@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Builds the image with whatever this machine has: docker, podman or buildah, in that order
+# (CONTAINER_TOOL=... chooses). `make image` and `make image-local` call it.
+#
+#   image/build.sh release  # the CUDA image, $IMAGE (default ghcr.io/kfp-ddp/kfp-ddp:VERSION);
+#                           # pulls the pytorch/pytorch base and PyPI
+#   image/build.sh local    # the CPU image localhost/kfp-ddp:VERSION-cpu with no registry at all:
+#                           # a Debian base made by mmdebstrap from Debian's mirror, the wheels
+#                           # downloaded by this machine's pip (its configuration: index, proxy,
+#                           # find-links) and mounted into the build (podman, buildah)
+#
+# Prints the built image's name last. The local image carries a label with a hash of everything
+# that goes into it; a second run with nothing changed builds nothing. Caches (the base's tarball,
+# the wheelhouse) live in $KFP_DDP_IMAGE_CACHE (default ~/.cache/kfp-ddp/image).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+CACHE=${KFP_DDP_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kfp-ddp/image}
+PYTHON=${PYTHON:-python3}
+LOCAL_BASE=${LOCAL_BASE:-localhost/kfp-ddp-base:bookworm}
+SUITE=bookworm  # its Python (3.11) is the one the CPU torch wheel is built for
+INPUTS_LABEL=io.kfp-ddp.inputs
+
+say() { echo "[image] $*" >&2; }
+
+pick_tool() {
+  if [[ -n "${CONTAINER_TOOL:-}" ]]; then echo "$CONTAINER_TOOL"; return; fi
+  if command -v docker > /dev/null && docker info > /dev/null 2>&1; then echo docker; return; fi
+  for tool in podman buildah; do
+    if command -v "$tool" > /dev/null; then echo "$tool"; return; fi
+  done
+  say "no container tool: install docker, podman or buildah (Debian: apt-get install podman runc)"
+  exit 1
+}
+TOOL=$(pick_tool)
+if [[ "$TOOL" != docker && -z "${CONTAINERS_CONF:-}" ]]; then
+  export CONTAINERS_CONF=$PWD/image/containers.conf
+fi
+
+# A hash of every file the build reads (the Dockerfile's COPYs and the build's own files).
+inputs_hash() {
+  find Dockerfile .dockerignore pyproject.toml constraints.txt README.md image kfp_ddp trainer \
+    components pipelines -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 \
+    | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
+}
+
+image_label() {  # the label's value on a local image, empty if there is no such image
+  case "$TOOL" in
+    buildah) buildah inspect --type image --format "{{index .ImageAnnotations \"x\"}}{{index .OCIv1.Config.Labels \"$2\"}}" "$1" 2>/dev/null || true ;;
+    *) "$TOOL" image inspect --format "{{index .Config.Labels \"$2\"}}" "$1" 2>/dev/null || true ;;
+  esac
+}
+
+has_image() { [[ -n "$(image_label "$1" org.opencontainers.image.title)$("$TOOL" images -q "$1" 2>/dev/null)" ]]; }
+
+build() {  # build ARGS... (the context is the repository)
+  case "$TOOL" in
+    docker) docker build "$@" . ;;
+    podman) podman build --layers "$@" . ;;
+    buildah) buildah bud --layers "$@" . ;;
+    *) say "CONTAINER_TOOL=$TOOL: expected docker, podman or buildah"; exit 2 ;;
+  esac
+}
+
+local_base() {
+  if has_image "$LOCAL_BASE"; then return; fi
+  local tarball=$CACHE/base-$SUITE.tar
+  if [[ ! -s "$tarball" ]]; then
+    command -v mmdebstrap > /dev/null || { say "the local base needs mmdebstrap (apt-get install mmdebstrap)"; exit 1; }
+    say "making the base $LOCAL_BASE from Debian $SUITE with mmdebstrap (~90 s)"
+    mkdir -p "$CACHE"
+    mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
+      "$SUITE" "$tarball.tmp"
+    mv "$tarball.tmp" "$tarball"
+  fi
+  case "$TOOL" in
+    buildah) local ctr; ctr=$(buildah from scratch); buildah add "$ctr" "$tarball" /
+             buildah commit --rm "$ctr" "$LOCAL_BASE" > /dev/null ;;
+    *) "$TOOL" import "$tarball" "$LOCAL_BASE" > /dev/null ;;
+  esac
+}
+
+wheelhouse() {  # prints the folder of every wheel the CPU image installs
+  local requirements key folder
+  if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+    say "PYTHON=$PYTHON is not Python 3.11, the base's: its wheels would not install there"
+    exit 1
+  fi
+  requirements=$("$PYTHON" image/dependencies.py pyproject.toml)
+  key=$( { echo "$requirements"; cat constraints.txt; } | sha256sum | cut -c1-16)
+  folder=$CACHE/wheels-$key
+  if [[ ! -f "$folder/COMPLETE" ]]; then
+    say "downloading the wheels into $folder (this machine's pip settings)"
+    rm -rf "$folder.tmp" && mkdir -p "$folder.tmp"
+    # pip wheel, not download: a package published as source only (kfp) is built here, once.
+    if ! "$PYTHON" -m pip wheel --quiet --wheel-dir "$folder.tmp" -c constraints.txt \
+        torch torchvision setuptools \
+        -r <(echo "$requirements") > "$folder.log" 2>&1; then
+      grep -v "is ignored: it is neither a file nor a directory" "$folder.log" >&2
+      say "pip wheel failed (log: $folder.log)"
+      exit 1
+    fi
+    touch "$folder.tmp/COMPLETE"
+    rm -rf "$folder" && mv "$folder.tmp" "$folder"
+  fi
+  echo "$folder"
+}
+
+common=(--build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION")
+case "${1:-}" in
+  release)
+    name=${IMAGE:-ghcr.io/kfp-ddp/kfp-ddp:$VERSION}
+    say "building $name (CUDA) with $TOOL"
+    build "${common[@]}" -t "$name"
+    ;;
+  local)
+    name=${IMAGE:-localhost/kfp-ddp:$VERSION-cpu}
+    hash=$(inputs_hash)
+    if [[ "$(image_label "$name" "$INPUTS_LABEL")" == "$hash" ]]; then
+      say "$name is up to date (inputs $hash)"
+    else
+      say "building $name (CPU) with $TOOL, inputs $hash"
+      local_base
+      extra=(--pull=never --network=none)  # no network: the wheels are mounted
+      if [[ "$TOOL" == docker ]]; then
+        extra=()  # docker build cannot mount the wheelhouse: torch from PyTorch's CPU index
+      else
+        extra+=(--volume "$(wheelhouse):/wheels:ro")
+      fi
+      build "${common[@]}" "${extra[@]}" --build-arg VARIANT=cpu --build-arg "BASE_IMAGE=$LOCAL_BASE" \
+        --label "$INPUTS_LABEL=$hash" -t "$name"
+    fi
+    ;;
+  *)
+    echo "usage: $0 release|local" >&2
+    exit 2
+    ;;
+esac
+echo "$name"
