@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,31 @@ def test_the_images_own_folders_are_writable_by_either_user(podman, cpu_image, u
     for folder in ("/home/kfp-ddp", "/home/kfp-ddp/.cache", "/gcs", "/minio", "/s3"):
         assert f"writable {folder}\n" in result.stdout, result.stdout
     assert "image files writable" not in result.stdout
+
+
+def test_the_cpu_image_pushed_to_a_registry_is_found_by_the_image_check_and_pulls_back(
+    podman, cpu_image, oci_registry, tmp_path
+):
+    """What users do with a built image: push it, let `kfp-ddp upload|run|schedule` find it
+    (the OCI distribution API), and pull it elsewhere (here: into a second, empty storage)."""
+    from pipelines.image_check import ImageMissing, check_images
+
+    tag = cpu_image.rsplit(":", 1)[1]
+    pushed = oci_registry.push_podman_image(
+        cpu_image, f"kfp-ddp:{tag}", env={"CONTAINERS_CONF": podman.env["CONTAINERS_CONF"]}
+    )
+    check_images([pushed], what="kfp-ddp upload", find=lambda *_: None)
+    with pytest.raises(ImageMissing, match=r"kfp-ddp:no-such-tag"):
+        check_images([f"{oci_registry.host}/kfp-ddp:no-such-tag"], what="kfp-ddp upload")
+    # Pulled into an empty storage of its own, it runs.
+    root = tmp_path / "pulled"
+    runroot = f"/tmp/kfp-ddp-pull-{tmp_path.name[-8:]}"  # podman: a runroot of <= 50 characters
+    try:
+        storage = ["--root", str(root), "--runroot", runroot]
+        podman.run(*storage, "pull", "--quiet", "--tls-verify=false", pushed, timeout=600)
+        result = podman.run(*storage, "run", "--rm", *LOCKED_DOWN, pushed, "kfp-ddp", "--help")
+        assert "kfp-ddp [OPTIONS] COMMAND" in result.stdout
+    finally:
+        podman.run("--root", str(root), "--runroot", runroot, "system", "reset", "--force",
+                   check=False)  # fmt: skip
+        shutil.rmtree(runroot, ignore_errors=True)

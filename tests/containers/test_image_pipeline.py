@@ -1,0 +1,93 @@
+"""Both pipelines, every step in our image, run by KFP's own local runner.
+
+``kfp.local`` with its ``DockerRunner`` (KFP's way to run a pipeline's steps in their images),
+talking to podman through its Docker-compatible socket: each step is a container of the CPU image
+started with the executor's command and arguments from the compiled component and an executor
+input written by kfp.local, as KFP's driver writes it. The containers run as UID 1000, read-only,
+without capabilities, on a bridge of their own where the only thing to reach is the test S3
+server; writable are the pipeline root (kfp.local mounts it) and the folders the launcher's pods
+get as emptyDirs. The training step runs the local backend inside its container (two trainer
+processes), then evaluation, the gate, publishing and the clean-up, all in the image. With
+shared-volume storage the pipeline root stands in for the workspace PVC (kfp.local has no PVCs):
+the data step stages the data set onto it and the trainer reads it there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from components.launcher.backends.local import NODES_DIR_ENV
+from components.launcher.spec_rules import SCRATCH_DIRS
+from components.s3_sync import sync
+from tests.image_data import write_image_folder
+
+pytestmark = pytest.mark.slow
+
+
+def _scratch_mounts(tmp_path) -> list:
+    """A 0777 host folder at each path the launcher's pods mount writable (emptyDirs there)."""
+    from docker.types import Mount
+
+    mounts = []
+    for scratch in SCRATCH_DIRS:
+        folder = tmp_path / f"scratch-{scratch.volume}"
+        folder.mkdir()
+        folder.chmod(0o777)
+        mounts.append(Mount(target=scratch.path, source=str(folder), type="bind"))
+    return mounts
+
+
+@pytest.mark.parametrize("storage", ["object-store", "shared-volume"])
+def test_every_step_of_the_pipeline_runs_in_the_image(
+    podman, cpu_image, docker_socket, private_network, bridge_s3, tmp_path, monkeypatch, storage
+):
+    from kfp import local
+
+    from pipelines.local_run import collect_local_run
+    from pipelines.training import PIPELINE_NAME, build_training_pipeline
+
+    monkeypatch.setenv("DOCKER_HOST", docker_socket.docker_host)
+    bucket = bridge_s3.create_bucket(f"pipeline-in-image-{storage}")
+    data = write_image_folder(tmp_path / "data", per_class=8)
+    for name, value in bridge_s3.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path / "sync-cache"))
+    sync(str(data), f"s3://{bucket}/data")
+
+    workspace = tmp_path / "ws"  # the pipeline root: kfp.local mounts it at the same path
+    workspace.mkdir()
+    workspace.chmod(0o777)
+    runner = local.DockerRunner(
+        network_mode=private_network.name,
+        user="1000:1000",
+        read_only=True,
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        shm_size="256m",
+        mounts=_scratch_mounts(tmp_path),
+        environment={**bridge_s3.env(), NODES_DIR_ENV: str(workspace / "nodes")},
+    )
+    local.init(runner=runner, pipeline_root=str(workspace), raise_on_error=True)
+    pipeline = build_training_pipeline(
+        image=cpu_image, backend="local", workspace_path=str(workspace), storage=storage
+    )
+    pipeline(
+        data_uri=f"s3://{bucket}/data",
+        s3_endpoint=bridge_s3.endpoint_url,
+        workers=2,
+        gpus_per_worker=0,
+        model="mobilenet_v3_small",
+        image_size=16,
+        epochs=1,
+        batch_size=4,
+        accuracy_threshold=0.0,
+        publish_uri=f"s3://{bucket}/models",
+    )
+    (run_dir,) = [p for p in workspace.iterdir() if p.name.startswith(PIPELINE_NAME)]
+    run = collect_local_run(run_dir, workspace)
+    assert run.passed is True
+    assert run.data_sync["files"] == 3 * (8 + 4)
+    assert run.training["world_size"] == 2 and run.training["steps"] > 0
+    assert run.published_uri and run.published_uri.startswith(f"s3://{bucket}/models/")
+    key = run.published_uri.removeprefix(f"s3://{bucket}/") + "/weights.pt"
+    assert bridge_s3.client().head_object(Bucket=bucket, Key=key)["ContentLength"] > 0
