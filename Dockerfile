@@ -24,9 +24,19 @@
 # A driver older than the image's CUDA makes the trainer exit 2 naming both versions (it never
 # falls back to training on the CPU).
 ARG BASE_IMAGE=pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime
-FROM ${BASE_IMAGE}
-
 ARG VARIANT=cuda
+
+# What the dependency layer installs, worked out from pyproject.toml and constraints.txt in a
+# stage of its own: the layer below is rebuilt only when this list changes (not for a new version
+# or a new test tool in pyproject.toml).
+FROM ${BASE_IMAGE} AS requirements
+ARG VARIANT
+COPY pyproject.toml constraints.txt image/dependencies.py /src/
+RUN python3 /src/dependencies.py /src/pyproject.toml > /src/requirements.txt \
+ && python3 /src/dependencies.py /src/constraints.txt --variant "${VARIANT}" > /src/constraints-image.txt
+
+FROM ${BASE_IMAGE}
+ARG VARIANT
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 # /opt/venv exists in the CPU variant only; on the CUDA base, PATH finds the base's own Python.
@@ -50,23 +60,21 @@ RUN set -eu; \
     esac
 
 WORKDIR /opt/kfp-ddp
-COPY pyproject.toml constraints.txt image/dependencies.py ./
+COPY --from=requirements /src/requirements.txt /src/constraints-image.txt /tmp/deps/
 
 # The dependencies, from /wheels alone when a wheelhouse is mounted there. cuda: the base owns
 # torch, torchvision and their CUDA wheels (their pins are dropped). cpu: torch and torchvision
 # first (PyTorch's CPU index, unless /wheels has them), then the rest.
 RUN set -eu; \
     if [ -n "$(ls /wheels 2>/dev/null)" ]; then set -- --no-index --find-links /wheels; else set --; fi; \
-    python dependencies.py constraints.txt --variant "${VARIANT}" > /tmp/constraints-image.txt; \
     if [ "${VARIANT}" = cpu ]; then \
       if [ "$#" -eq 0 ]; then torch_from="--index-url ${TORCH_INDEX_URL}"; else torch_from=""; fi; \
-      python -m pip install "$@" ${torch_from} -c /tmp/constraints-image.txt torch torchvision; \
+      python -m pip install "$@" ${torch_from} -c /tmp/deps/constraints-image.txt torch torchvision; \
     fi; \
-    python dependencies.py pyproject.toml > /tmp/requirements.txt; \
-    python -m pip install "$@" -c /tmp/constraints-image.txt -r /tmp/requirements.txt setuptools; \
-    rm /tmp/constraints-image.txt /tmp/requirements.txt
+    python -m pip install "$@" -c /tmp/deps/constraints-image.txt -r /tmp/deps/requirements.txt setuptools; \
+    rm -r /tmp/deps
 
-COPY README.md ./
+COPY pyproject.toml README.md ./
 COPY kfp_ddp ./kfp_ddp
 COPY trainer ./trainer
 COPY components ./components
