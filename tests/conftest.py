@@ -10,7 +10,12 @@ import pytest
 
 from tests.image_data import write_image_folder
 
-pytest_plugins = ["tests.cluster.plugin", "tests.containers.plugin", "tests.containers.registry"]
+pytest_plugins = [
+    "tests.cluster.plugin",
+    "tests.cluster.node_plugin",
+    "tests.containers.plugin",
+    "tests.containers.registry",
+]
 
 SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -24,6 +29,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     worker, as xdist requires.
     """
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    for item in items:  # one real node serves them all: they run in one worker
+        if item.get_closest_marker("node") is not None:
+            item.add_marker(pytest.mark.xdist_group("node"))
 
 
 @pytest.fixture

@@ -115,6 +115,30 @@ class CertificateAuthority:
         cert = _validity(builder).sign(self._key, hashes.SHA256())
         return Pem(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
 
+    def client(self, common_name: str, organization: str) -> Pem:
+        """A client certificate: user ``common_name`` in group ``organization`` (e.g. the API
+        server's certificate for kubelets, in ``system:masters``)."""
+        key = _key()
+        subject = x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
+                x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+            ]
+        )
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(self._cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+            )
+        )
+        cert = _validity(builder).sign(self._key, hashes.SHA256())
+        return Pem(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
+
 
 def signing_key_pair(folder: Path) -> tuple[Path, Path]:
     """A service-account signing key pair: (private key file, public key file)."""

@@ -57,6 +57,13 @@ no parts (an API server alone) runs without the API server's watch cache: its wa
 directly, so ``compact_etcd`` makes an older resourceVersion answer 410 Gone."""
 
 ADMIN_USER = "admin"
+NODE_CONTROLLERS = (
+    "endpointslice-controller",
+    "node-lifecycle-controller",
+    "pod-garbage-collector-controller",
+)
+"""What a plane with a real node runs besides: EndpointSlices (CoreDNS answers headless Services'
+pods from them), the node lifecycle (takes off a new node's not-ready taint) and pod GC."""
 OPERATOR_NAMESPACE = "kubeflow"
 OPERATOR_SECRET = "training-operator-webhook-cert"
 OPERATOR_WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
@@ -153,6 +160,12 @@ class ControlPlane:
     components: list[Component] = field(default_factory=list)
     pytorch_init_template: Path | None = None
     """The Training Operator's --pytorch-init-container-template-file (an admin's setting)."""
+    node_name: str | None = None
+    """A real kubelet of this name joins (tests/cluster/node.py): the API server authorizes it as
+    a node (Node,RBAC) with its token and reaches it with a client certificate; the
+    controller-manager also runs what a node needs (EndpointSlices for DNS, node lifecycle for
+    the not-ready taint, pod garbage collection)."""
+    node_token: str = field(default_factory=lambda: secrets.token_hex(16))
     ca: certs.CertificateAuthority = field(default_factory=certs.CertificateAuthority)
     operator_ca: certs.CertificateAuthority = field(
         default_factory=lambda: certs.CertificateAuthority(OPERATOR_CA_NAME)
@@ -270,6 +283,20 @@ class ControlPlane:
         audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
         tokens = folder / "tokens.csv"
         tokens.write_text(f'{self.admin_token},{ADMIN_USER},admin-uid,"system:masters"\n')
+        node_flags: list[str] = []
+        if self.node_name:
+            with tokens.open("a") as out:
+                out.write(
+                    f'{self.node_token},system:node:{self.node_name},node-uid,"system:nodes"\n'
+                )
+            client = self.ca.client("kube-apiserver-kubelet-client", "system:masters")
+            client.write(folder / "apiserver-tls", "kubelet-client.crt", "kubelet-client.key")
+            node_flags = [
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                f"--kubelet-client-certificate={folder / 'apiserver-tls' / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={folder / 'apiserver-tls' / 'kubelet-client.key'}",
+            ]
         apiserver = self._component(
             "kube-apiserver",
             [
@@ -284,7 +311,7 @@ class ControlPlane:
                 f"--service-account-key-file={public_key}",
                 f"--service-account-signing-key-file={private_key}",
                 f"--token-auth-file={tokens}",
-                "--authorization-mode=RBAC",
+                *(node_flags or ["--authorization-mode=RBAC"]),
                 "--service-cluster-ip-range=10.0.0.0/24",
                 # No kubelet mints pod tokens here; Pod Security admission stays on (default).
                 "--disable-admission-plugins=ServiceAccount",
@@ -346,6 +373,7 @@ class ControlPlane:
                 "serviceaccount-controller",
                 "serviceaccount-token-controller",
                 "root-ca-certificate-publisher-controller",
+                *(NODE_CONTROLLERS if self.node_name else ()),
             ]
         )
         port = self.ports.controller_manager

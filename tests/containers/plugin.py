@@ -13,8 +13,11 @@
 from __future__ import annotations
 
 import fcntl
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -27,12 +30,20 @@ def _worker_index(worker_id: str) -> int:
     return int(worker_id.removeprefix("gw")) if worker_id.startswith("gw") else 0
 
 
+NETNS = Path("/run/netns")
+"""Where podman keeps its containers' network namespaces (it makes the folder a mount point)."""
+
+
 @pytest.fixture(scope="session")
-def podman(tmp_path_factory) -> Podman:
+def podman(tmp_path_factory) -> Iterator[Podman]:
     reason = missing()
     if reason:
         pytest.skip(reason)
-    return Podman(tmp_path_factory.mktemp("podman"))
+    mounted_before = os.path.ismount(NETNS)
+    yield Podman(tmp_path_factory.mktemp("podman"))
+    # The mount point podman made, once no namespace is left in it (another user's stays).
+    if not mounted_before and os.path.ismount(NETNS) and not any(NETNS.iterdir()):
+        subprocess.run(["umount", str(NETNS)], capture_output=True, timeout=30)
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,9 @@
 """Both pipelines, every step in our image, run by KFP's own local runner.
 
 ``kfp.local`` with its ``DockerRunner`` (KFP's way to run a pipeline's steps in their images),
-talking to podman through its Docker-compatible socket: each step is a container of the CPU image
-started with the executor's command and arguments from the compiled component and an executor
+talking to podman through its Docker-compatible socket (the container's logs read after it
+exits rather than followed: see ``_run_and_collect_logs``): each step is a container of the CPU
+image started with the executor's command and arguments from the compiled component and an executor
 input written by kfp.local, as KFP's driver writes it. The containers run as UID 1000, read-only,
 without capabilities, on a bridge of their own where the only thing to reach is the test S3
 server; writable are the pipeline root (kfp.local mounts it) and the folders the launcher's pods
@@ -24,6 +25,29 @@ from tests.image_data import write_image_folder
 pytestmark = pytest.mark.slow
 
 
+TEST_LABEL = "io.kfp-ddp.test"
+"""On every step container of a test: the test removes them all, whatever happened."""
+
+
+def _run_and_collect_logs(client, image, command, volumes, **run_args) -> int:
+    """kfp.local's ``run_docker_container`` with one change: the logs are read once the container
+    has exited instead of followed. Podman 4.3's Docker API sometimes never ends a followed log
+    stream of a container that exits (seen: the clean-up step's stream hung for 10 minutes)."""
+    from kfp.local.docker_task_handler import add_latest_tag_if_not_present
+
+    run_args.pop("auto_remove", None)
+    container = client.containers.run(
+        image=add_latest_tag_if_not_present(image), command=command, detach=True, stdout=True,
+        stderr=True, volumes=volumes, **run_args,
+    )  # fmt: skip
+    try:
+        code = container.wait(timeout=600)["StatusCode"]
+        print(container.logs().decode(), end="")
+        return code
+    finally:
+        container.remove(force=True)
+
+
 def _scratch_mounts(tmp_path) -> list:
     """A 0777 host folder at each path the launcher's pods mount writable (emptyDirs there)."""
     from docker.types import Mount
@@ -39,7 +63,15 @@ def _scratch_mounts(tmp_path) -> list:
 
 @pytest.mark.parametrize("storage", ["object-store", "shared-volume"])
 def test_every_step_of_the_pipeline_runs_in_the_image(
-    podman, cpu_image, docker_socket, private_network, bridge_s3, tmp_path, monkeypatch, storage
+    podman,
+    cpu_image,
+    docker_socket,
+    private_network,
+    bridge_s3,
+    tmp_path,
+    monkeypatch,
+    storage,
+    request,
 ):
     from kfp import local
 
@@ -47,6 +79,7 @@ def test_every_step_of_the_pipeline_runs_in_the_image(
     from pipelines.training import PIPELINE_NAME, build_training_pipeline
 
     monkeypatch.setenv("DOCKER_HOST", docker_socket.docker_host)
+    monkeypatch.setattr("kfp.local.docker_task_handler.run_docker_container", _run_and_collect_logs)
     bucket = bridge_s3.create_bucket(f"pipeline-in-image-{storage}")
     data = write_image_folder(tmp_path / "data", per_class=8)
     for name, value in bridge_s3.env().items():
@@ -64,12 +97,18 @@ def test_every_step_of_the_pipeline_runs_in_the_image(
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
         shm_size="256m",
+        labels={TEST_LABEL: tmp_path.name},
         mounts=_scratch_mounts(tmp_path),
         environment={**bridge_s3.env(), NODES_DIR_ENV: str(workspace / "nodes")},
     )
     local.init(runner=runner, pipeline_root=str(workspace), raise_on_error=True)
     pipeline = build_training_pipeline(
         image=cpu_image, backend="local", workspace_path=str(workspace), storage=storage
+    )
+    request.addfinalizer(
+        lambda: podman.run(
+            "rm", "--force", "--filter", f"label={TEST_LABEL}={tmp_path.name}", check=False
+        )
     )
     pipeline(
         data_uri=f"s3://{bucket}/data",

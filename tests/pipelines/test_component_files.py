@@ -212,7 +212,7 @@ def test_the_release_image_tag_is_the_package_version() -> None:
             text=True,
             check=True,
         ).stdout
-        assert f"docker build -t {DEFAULT_IMAGE} ." in shown
+        assert f"IMAGE={DEFAULT_IMAGE} image/build.sh release" in shown
 
 
 def test_the_cli_prints_the_version() -> None:

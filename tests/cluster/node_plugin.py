@@ -1,0 +1,154 @@
+"""Fixtures of the real node (registered in tests/conftest.py); tests on it are marked ``node``.
+
+* ``node_cluster`` (one per pytest session): a whole control plane (the same parts as
+  ``cluster``) with one real node (:class:`~tests.cluster.node.RealNode`), our CPU image and the
+  pause image pushed to the tests' loopback registry (the node pulls them, as from any
+  registry), and the test S3 server on the node's address (pods reach it; nothing outside
+  does). The tests marked ``node`` run in one xdist group, so one node serves them all;
+* ``node_k8s``: a fresh namespace enforcing ``restricted`` on it, the launcher's ServiceAccount
+  bound to the rendered Role there.
+
+Root and the Debian packages (containerd, runc, containernetworking-plugins, podman, skopeo,
+docker-registry) are needed, and the kubelet, kube-scheduler and CoreDNS binaries of
+``../shared/envtest``; otherwise these tests skip, saying exactly what is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.assets import CONTROLLERS, CORE, HOW_TO_GET, find_binaries
+from tests.cluster.control_plane import PARTS, ControlPlane, reference_missing
+from tests.cluster.node import GATEWAY, NODE_BINARIES, RealNode, build_pause, missing
+from tests.cluster.plugin import Cluster, Namespace, namespace_on
+from tests.cluster.processes import StartupError
+
+NODE_NAME = "node-0"
+PAUSE_TAG = "pause:kfp-ddp-test"
+
+
+@dataclass
+class NodeCluster:
+    """A control plane with a real node, the image its pods run, the S3 server they reach."""
+
+    cluster: Cluster
+    node: RealNode
+    image: str
+    """Our CPU image, by its name in the loopback registry (what pods pull)."""
+    s3: object
+    root_image: str
+    """An image whose user is root (the pause image): refused under runAsNonRoot."""
+
+    @property
+    def plane(self) -> ControlPlane:
+        return self.cluster.plane
+
+
+def pause_archive(binary: Path, path: Path) -> Path:
+    """The pause image as an OCI archive: one layer with ``/pause``, its entrypoint."""
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as tar:
+        info = tarfile.TarInfo("pause")
+        info.size, info.mode = binary.stat().st_size, 0o755
+        tar.addfile(info, io.BytesIO(binary.read_bytes()))
+    layer_data = layer.getvalue()
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Entrypoint": ["/pause"]},
+        "rootfs": {
+            "type": "layers",
+            "diff_ids": ["sha256:" + hashlib.sha256(layer_data).hexdigest()],
+        },
+    }
+    with tarfile.open(path, "w") as layout:
+
+        def blob(data: bytes) -> dict:
+            digest = hashlib.sha256(data).hexdigest()
+            info = tarfile.TarInfo(f"blobs/sha256/{digest}")
+            info.size = len(data)
+            layout.addfile(info, io.BytesIO(data))
+            return {"digest": f"sha256:{digest}", "size": len(data)}
+
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                **blob(json.dumps(config).encode()),
+            },
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", **blob(layer_data)}],
+        }
+        top = {"mediaType": manifest["mediaType"], **blob(json.dumps(manifest).encode())}
+        for name, data in (
+            ("oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode()),
+            ("index.json", json.dumps({"schemaVersion": 2, "manifests": [top]}).encode()),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            layout.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture(scope="session")
+def node_cluster(tmp_path_factory, podman, cpu_image, oci_registry) -> Iterator[NodeCluster]:
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    binaries = find_binaries((*CORE, *CONTROLLERS, *NODE_BINARIES))
+    absent = binaries.missing((*CORE, *CONTROLLERS, *NODE_BINARIES))
+    if absent:
+        pytest.skip(f"no {', '.join(absent)} for the real node: {HOW_TO_GET}")
+    if reference_missing():
+        pytest.skip("the official CRDs/configs are not there: put ../shared beside the repository")
+    folder = tmp_path_factory.mktemp("real-node")
+    pause = oci_registry.push_oci_archive(
+        pause_archive(build_pause(folder), folder / "pause.tar"), PAUSE_TAG
+    )
+    image = oci_registry.push_podman_image(
+        cpu_image,
+        cpu_image.rsplit("/", 1)[1],
+        env={"CONTAINERS_CONF": podman.env["CONTAINERS_CONF"]},
+    )
+    plane = node = s3 = None
+    try:
+        for attempt in range(1, 4):
+            plane = ControlPlane(
+                folder / f"plane-{attempt}", binaries, parts=PARTS, node_name=NODE_NAME
+            )
+            try:
+                plane.start()
+                break
+            except StartupError as exc:
+                if "address already in use" not in str(exc) or attempt == 3:
+                    raise
+        node = RealNode(
+            plane, folder / "node", binaries["kubelet"], binaries["kube-scheduler"],
+            binaries["coredns"], registry=oci_registry.host, pause_image=pause,
+        ).start()  # fmt: skip
+        from kfp_ddp.local_s3 import LocalS3Server
+
+        s3 = LocalS3Server(host=GATEWAY).start()
+        cluster = Cluster(plane, None)  # type: ignore[arg-type] - no played kubelet here
+        yield NodeCluster(cluster, node, image, s3, root_image=pause)
+    finally:
+        if s3 is not None:
+            s3.stop()
+        if node is not None:
+            node.stop()
+        if plane is not None:
+            plane.stop()
+
+
+@pytest.fixture
+def node_k8s(node_cluster: NodeCluster, request: pytest.FixtureRequest) -> Iterator[Namespace]:
+    """A fresh namespace enforcing ``restricted`` on the plane with the real node."""
+    yield from namespace_on(node_cluster.cluster, request, pod_security="restricted")
