@@ -5,6 +5,10 @@ which the operator's ExitCode restart policy reads as a *permanent* failure — 
 worker saved a checkpoint and exited 143. This wrapper runs torchrun unchanged and maps:
 
 * torchrun itself got a signal → ``128 + signal`` (retryable);
+* torchrun lost its rendezvous or its store (the node that hosts c10d's store, worker 0 of a
+  Workers-only PyTorchJob, was killed or rescheduled; a peer never came) → 200, like a trainer
+  that lost contact with another rank (retryable: seen on a real node, where a SIGKILL of worker
+  0 made worker 1's torchrun exit 1 and the operator failed the whole job for good);
 * workers failed → the first permanent worker code (1-127) if there is one, otherwise a
   retryable code (143 when workers stopped on SIGTERM, ``128 + signal`` when killed by one).
 
@@ -20,7 +24,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from trainer.errors import ERROR_SOURCE, EXIT_SIGTERM
+from trainer.errors import ERROR_SOURCE, EXIT_PEER_LOST, EXIT_SIGTERM
 
 
 def worker_exit_code(exit_codes: list[int]) -> int:
@@ -37,14 +41,25 @@ def worker_exit_code(exit_codes: list[int]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from torch.distributed import DistNetworkError, DistStoreError
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import main as torchrun_main
 
     try:
         torchrun_main(argv)
     except SignalException as err:
         return 128 + int(getattr(err, "sigval", signal.SIGTERM))
+    except (RendezvousError, DistNetworkError, DistStoreError) as err:
+        print(
+            f"[torchrun] lost the rendezvous with the other nodes ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}); exiting {EXIT_PEER_LOST} so the "
+            "job is restarted and resumes from its last checkpoint",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_PEER_LOST
     except ChildFailedError as err:
         codes = [failure.exitcode for failure in err.failures.values()]
         code = worker_exit_code(codes) or EXIT_SIGTERM

@@ -262,6 +262,9 @@ class RealNode:
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             "nodeStatusReportFrequency": "10s",
+            # How often the kubelet measures emptyDirs (1m by default): an emptyDir over its
+            # sizeLimit is evicted within seconds rather than a minute or two.
+            "volumeStatsAggPeriod": "5s",
             "serializeImagePulls": False,
             "volumePluginDir": str(self.folder / "kubelet" / "volume-plugins"),
         }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,3 +41,24 @@ def test_sigterm_to_torchrun_exits_143_after_a_checkpoint(tmp_path):
     assert proc.returncode == 143, output
     assert len(ckpt.complete_checkpoints(out / "checkpoints")) == 1, output
     assert output.count("SIGTERM received") == 2  # torchrun forwarded it to both workers
+
+
+def test_a_lost_rendezvous_store_is_retryable_not_permanent(tmp_path):
+    """A node whose c10d store is gone (the host of a Workers-only PyTorchJob's rendezvous was
+    killed): plain torchrun raises and exits 1, which the operator's ExitCode policy would treat
+    as permanent; the wrapper exits 200 (a lost peer), saying so."""
+    from tests.trainer.trainer_launch import free_port
+
+    with socket.socket() as placeholder:  # a port where no store answers
+        placeholder.bind(("127.0.0.1", free_port()))
+        port = placeholder.getsockname()[1]
+    command = [sys.executable, "-m", "trainer.torchrun", "--nnodes", "2", "--nproc-per-node", "1"]
+    command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"]
+    command += ["--rdzv-conf", "is_host=false,timeout=5,read_timeout=5,join_timeout=5"]
+    command += ["-m", "trainer.train", "--help"]
+    done = subprocess.run(
+        command, cwd=REPO, env=base_env(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 200, done.stderr[-2000:]
+    assert "lost the rendezvous with the other nodes (RendezvousConnectionError" in done.stderr
+    assert done.stderr.rstrip().endswith("resumes from its last checkpoint")

@@ -7,9 +7,11 @@ events (FailedScheduling, quota, Kueue admission, image pulls).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from components.launcher import sizing
 from components.launcher.apis import JobApi
 from components.launcher.backends.kubernetes.clients import Clients
 from components.launcher.backends.kubernetes.pods import PodFollower, container_status, started
@@ -26,6 +28,18 @@ WAITING_ERRORS = {
 
 
 SIGTERM_EXIT = 143
+OWN_DISK_EVICTION = re.compile(
+    r"Usage of EmptyDir volume .* exceeds the limit|ephemeral local storage usage exceeds|"
+    r"exceeded its local ephemeral storage limit"
+)
+"""The kubelet's words when it evicts a pod for what the pod itself wrote to the node's disk (not
+for a node short of disk: "The node was low on resource", which another node may not be)."""
+DISK_HINT = (
+    "the node's disk: the pod wrote more than its volume's sizeLimit or its ephemeral-storage "
+    f"limit allows; the staging volume is the data set + checkpoint_space, /tmp "
+    f"{sizing.TMP_GI}Gi and HOME {sizing.HOME_GI}Gi: write checkpoints and outputs under the "
+    "staging volume, raise checkpoint_space or ephemeral_storage, or use a PVC"
+)
 
 
 @dataclass(frozen=True)
@@ -36,10 +50,19 @@ class PodProblem:
     text: str = ""
     exit_code: int | None = None
     """The trainer container's non-zero exit code, when it terminated with one."""
+    permanent: bool = False
+    """It would happen again on every restart: a program exit 1-127, or an eviction for what
+    the pod itself wrote to the node's disk (over a sizeLimit or its ephemeral-storage)."""
 
 
 def pod_problem(pod: Any, container: str) -> PodProblem:
-    """The worst thing wrong with ``pod`` (its trainer container first, then the pod)."""
+    """The worst thing wrong with ``pod`` (an eviction for its own disk use first: its containers
+    then show only the kill; then its trainer container; then the pod)."""
+    pod_status = pod.status
+    evicted = pod_status is not None and pod_status.reason == "Evicted"
+    if evicted and OWN_DISK_EVICTION.search(pod_status.message or ""):
+        text = f"Evicted: {pod_status.message or ''}".rstrip(": ")
+        return PodProblem(3, f"{text} ({DISK_HINT})", permanent=True)
     status = container_status(pod, container)
     if status is not None:
         for state, when in ((status.state, ""), (status.last_state, " (previous run)")):
@@ -50,11 +73,11 @@ def pod_problem(pod: Any, container: str) -> PodProblem:
                 # SIGTERM (143): stopped by the cluster — often because another pod failed and
                 # its Job's pods were deleted; a crash elsewhere is the likelier cause.
                 severity = 2 if terminated.exit_code == SIGTERM_EXIT else 3
-                return PodProblem(severity, text, terminated.exit_code)
+                code = terminated.exit_code
+                return PodProblem(severity, text, code, permanent=0 < code < 128)
         waiting = status.state.waiting if status.state else None
         if waiting is not None and waiting.reason in WAITING_ERRORS:
             return PodProblem(3, f"{waiting.reason}: {waiting.message or ''}".rstrip(": "))
-    pod_status = pod.status
     if pod_status is None:
         return PodProblem(0)
     if pod_status.reason:
@@ -111,13 +134,14 @@ class Diagnosis:
         return worst
 
     def permanent_exit(self, follower: PodFollower) -> tuple[Any, PodProblem] | None:
-        """A pod whose trainer container exited 1-127 (now or in its previous run), if any.
+        """A pod that failed for good (:attr:`PodProblem.permanent`: its trainer container
+        exited 1-127, now or in its previous run, or it was evicted for its own disk use).
 
         Read from what the pod watch saw (no extra requests per loop).
         """
         for state in follower.snapshot():
             problem = pod_problem(state.pod, self.api.container)
-            if problem.exit_code is not None and 0 < problem.exit_code < 128:
+            if problem.permanent:
                 return state.pod, problem
         return None
 

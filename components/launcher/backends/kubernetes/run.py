@@ -216,31 +216,41 @@ class _Follow:
             self.phase = self.api.phase(job)
 
     def _check_permanent_exit(self) -> None:
-        """A node whose program exited 1-127 (bad config, bad data) failed for good: stop now.
+        """A node that failed for good stops the job now: its program exited 1-127 (bad config,
+        bad data), or it was evicted for writing more than its disk allows (it would again).
 
-        A PyTorchJob with the ExitCode policy stops by itself; a TrainJob's Jobs (and a v1 job
-        with OnFailure/Always) would restart it on every GPU again and again, so once its reason
-        and log tail are read the job is suspended (its pods deleted) and kept, with the reason
-        recorded: a retry of the step fails at once instead of allocating the GPUs again.
+        A PyTorchJob with the ExitCode policy stops by itself on an exit 1-127; a TrainJob's Jobs
+        (and a v1 job with OnFailure/Always, and every API after an eviction) would restart it on
+        every GPU again and again, so once its reason and log tail are read the job is suspended
+        (its pods deleted) and kept, with the reason recorded: a retry of the step fails at once
+        instead of allocating the GPUs again.
         """
         found = self.diagnosis.permanent_exit(self.follower)
         if found is None:
             return
         pod, problem = found
-        restarts_itself = not (
-            self.api.name == "pytorchjob"
+        stops_itself = (
+            problem.exit_code is not None
+            and self.api.name == "pytorchjob"
             and (self.spec.restart_policy or "ExitCode") in ("ExitCode", "Never")
         )
-        if not restarts_itself:
+        if stops_itself:
             return  # the controller marks the job Failed; the loop reports it then
         time.sleep(min(1.0, self.options.poll_interval_s))  # let its last log lines arrive
         reason, details = self.diagnosis.failure(self.follower)
-        message = (
-            f"{self.job.title}: a node exited with permanent code {problem.exit_code} "
-            f"({reason}); not retried"
+        what = (
+            f"exited with permanent code {problem.exit_code}"
+            if problem.exit_code is not None
+            else "was evicted for its own disk use"
         )
+        message = f"{self.job.title}: a node {what} ({reason}); not retried"
         self.follower.stop.set()
-        self.job.record_failure(f"{reason}; permanent exit code {problem.exit_code}", suspend=True)
+        recorded = (
+            f"{reason}; permanent exit code {problem.exit_code}"
+            if problem.exit_code is not None
+            else f"{reason}; evicted for its own disk use"
+        )
+        self.job.record_failure(recorded, suspend=True)
         raise JobFailed(
             f"{message}{details}\n{self.job.kept_note()}", self._result("Failed", message)
         )

@@ -1,0 +1,303 @@
+"""The launcher on a real node, as users run it: the pipeline's ServiceAccount with the rendered
+Role, a namespace enforcing ``restricted``, our CPU image pulled from the loopback registry.
+
+A TrainJob of 2 nodes and a Workers-only PyTorchJob of 2 replicas train for real: each pod's
+staging init container downloads the data set from S3, torchrun's ranks meet across the two
+pods (the TrainJob's through its headless Service's DNS name, the PyTorchJob's by c10d
+rendezvous at worker 0's Service), checkpoints and the model go to S3, the launcher follows the
+kubelet's logs to the end; then the evaluation reads that model from S3.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+
+from components.launcher import JobFailed, job_api, run_job
+from components.launcher.spec_rules import NODE_OUTPUT, STAGED_DATA
+from components.s3_sync import sync
+from tests.image_data import write_image_folder
+from tests.launcher.k8s_helpers import jobs, options, spec
+
+pytestmark = [pytest.mark.node, pytest.mark.slow]
+
+SECRET = "s3-credentials"
+TINY = ["--model", "mobilenet_v3_small", "--image-size", "16", "--log-interval", "1"]
+
+
+def s3_secret(ns, s3) -> None:
+    """The S3 keys as the pipeline's users keep them: a Secret the pods read by reference."""
+    from kubernetes import client
+
+    data = {k: base64.b64encode(v.encode()).decode() for k, v in s3.env().items() if "KEY" in k}
+    client.CoreV1Api(ns.admin()).create_namespaced_secret(
+        ns.name, {"metadata": {"name": SECRET}, "data": data}
+    )
+
+
+@pytest.fixture
+def dataset(node_cluster, tmp_path, monkeypatch) -> str:
+    """A tiny ImageFolder in the node's S3 server (uploaded from here, where it is reachable)."""
+    s3 = node_cluster.s3
+    for name, value in s3.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path / "sync-cache"))
+    bucket = s3.create_bucket(f"data-{tmp_path.name[-10:].lower().replace('_', '-')}")
+    sync(str(write_image_folder(tmp_path / "data", per_class=8)), f"s3://{bucket}/data")
+    return f"s3://{bucket}"
+
+
+def trainer_spec(ns, api: str, node_cluster, bucket_uri: str, *, extra: list[str] = (), **kw):
+    return spec(
+        ns,
+        api,
+        image=node_cluster.image,
+        stage_data_uri=f"{bucket_uri}/data",
+        s3_endpoint=node_cluster.s3.endpoint_url,
+        s3_credentials_secret=SECRET,
+        cpu_request="500m",
+        memory_request="1Gi",
+        termination_grace_period_seconds=30,
+        args=[
+            *("--data-dir", STAGED_DATA, "--output-dir", f"{NODE_OUTPUT}/run"),
+            *(*TINY, "--batch-size", "4", "--epochs", "2", "--checkpoint-every-steps", "2"),
+            *("--checkpoint-uri", f"{bucket_uri}/run/checkpoints"),
+            *("--output-uri", f"{bucket_uri}/run/output"),
+            *extra,
+        ],
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+def test_a_job_of_two_pods_trains_on_the_real_node_and_the_evaluation_reads_its_model(
+    node_cluster, node_k8s, dataset, api, tmp_path
+):
+    s3_secret(node_k8s, node_cluster.s3)
+    lines: list[str] = []
+    job = trainer_spec(node_k8s, api, node_cluster, dataset)
+    result = run_job(
+        job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=600, cleanup="never")
+    )
+    log = "\n".join(lines)
+    assert result.phase == "Succeeded", f"{result.reason}\n{log[-5000:]}"
+    # Both pods staged the data set from S3 (a TrainJob node before torchrun, in its log; a
+    # PyTorchJob replica in its init container) and trained together (world size 2).
+    pods = _job_pods(node_k8s, api)
+    assert len(pods) == 2
+    for pod in pods:
+        staged = _staging_log(node_k8s, pod) if api == "pytorchjob" else log
+        assert "stage: transferred 36 of 36 files" in staged, staged[-3000:]
+    summary = _summary(node_cluster, dataset)
+    assert summary["world_size"] == 2 and summary["steps"] > 0
+    assert summary["replicas_in_sync"] is True
+    # The model and the checkpoints are in S3; the evaluation reads the model from there.
+    bucket = dataset.removeprefix("s3://")
+    keys = [o["Key"] for o in node_cluster.s3.client().list_objects_v2(Bucket=bucket)["Contents"]]
+    assert "run/output/model/weights.pt" in keys
+    assert any(k.startswith("run/checkpoints/step-") and k.endswith("/COMPLETE") for k in keys)
+    from components.evaluate.evaluate import evaluate
+
+    sync(f"{dataset}/run/output/model", str(tmp_path / "model"))
+    sync(f"{dataset}/data/val", str(tmp_path / "data" / "val"))
+    scored = evaluate(tmp_path / "model", tmp_path / "data")
+    assert scored.num_samples == 12 and 0.0 <= scored.accuracy <= 1.0
+
+
+def _staging_log(ns, pod) -> str:
+    from kubernetes import client
+
+    (init,) = [c.name for c in pod.spec.init_containers or []]
+    return client.CoreV1Api(ns.admin()).read_namespaced_pod_log(
+        pod.metadata.name, ns.name, container=init
+    )
+
+
+def _summary(node_cluster, bucket_uri: str) -> dict:
+    """The trainer's summary.json, uploaded by rank 0 (--output-uri)."""
+    body = node_cluster.s3.client().get_object(
+        Bucket=bucket_uri.removeprefix("s3://"), Key="run/output/summary.json"
+    )["Body"]
+    return json.loads(body.read())
+
+
+# -- faults, for real --------------------------------------------------------------------------
+def _job_pods(ns, api: str, name: str = "job") -> list:
+    from kubernetes import client
+
+    from components.launcher import job_api
+
+    label = job_api(api).pod_job_label
+    pods = (
+        client.CoreV1Api(ns.admin())
+        .list_namespaced_pod(ns.name, label_selector=f"{label}={name}")
+        .items
+    )
+    return sorted(pods, key=lambda p: p.metadata.name)
+
+
+def _wait_for(predicate, timeout: float, what: str, poll: float = 0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _in_background(function, *args, **kw) -> Future:
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(function, *args, **kw)
+    pool.shutdown(wait=False)
+    return future
+
+
+def _checkpoints(node_cluster, bucket_uri: str) -> list[str]:
+    bucket = bucket_uri.removeprefix("s3://")
+    listing = node_cluster.s3.client().list_objects_v2(Bucket=bucket, Prefix="run/checkpoints/")
+    return [o["Key"] for o in listing.get("Contents", []) if o["Key"].endswith("/COMPLETE")]
+
+
+def _container_id(pod) -> str:
+    (status,) = [s for s in pod.status.container_statuses or [] if s.state.running]
+    return status.container_id.split("://", 1)[1]
+
+
+SLOW_STEPS = ["--epochs", "30", "--stop-check-every-steps", "1"]
+"""Long enough to be interrupted mid-run; a SIGTERM is acted on at the next step."""
+
+
+def test_a_pod_deleted_mid_training_checkpoints_exits_143_and_the_job_resumes_from_s3(
+    node_cluster, node_k8s, dataset
+):
+    """The SIGTERM of a pod deletion: the trainer checkpoints and exits 143 within its grace
+    period, the Training Operator recreates the pod (and the peer that lost it), both resume
+    from the checkpoint in S3, and the launcher reports the restart and the success."""
+    s3_secret(node_k8s, node_cluster.s3)
+    lines: list[str] = []
+    job = trainer_spec(node_k8s, "pytorchjob", node_cluster, dataset, extra=SLOW_STEPS)
+    future = _in_background(
+        run_job, job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=600)
+    )
+    _wait_for(lambda: _checkpoints(node_cluster, dataset) or future.done(), 300, "a checkpoint")
+    assert not future.done(), "\n".join(lines)[-3000:]
+    from kubernetes import client
+
+    victim = _job_pods(node_k8s, "pytorchjob")[1]
+    client.CoreV1Api(node_k8s.admin()).delete_namespaced_pod(victim.metadata.name, node_k8s.name)
+    result = future.result(timeout=600)
+    log = "\n".join(lines)
+    assert result.phase == "Succeeded", log[-5000:]
+    assert "stopped by SIGTERM at step" in log and "exiting 143" in log, log[-5000:]
+    summary = _summary(node_cluster, dataset)
+    assert summary["restarts"] >= 1 and summary["resumed_from_step"] is not None
+    assert result.restarts >= 1
+
+
+def test_a_killed_container_137_is_restarted_and_the_job_succeeds(node_cluster, node_k8s, dataset):
+    """SIGKILL of the trainer's container (what an OOM kill does): exit 137, retryable; the pod
+    is recreated and training resumes from S3."""
+    s3_secret(node_k8s, node_cluster.s3)
+    lines: list[str] = []
+    job = trainer_spec(node_k8s, "pytorchjob", node_cluster, dataset, extra=SLOW_STEPS)
+    future = _in_background(
+        run_job, job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=600)
+    )
+    _wait_for(lambda: _checkpoints(node_cluster, dataset) or future.done(), 300, "a checkpoint")
+    victim = _job_pods(node_k8s, "pytorchjob")[0]
+    ctr = ["ctr", "--address", str(node_cluster.node.socket), "--namespace", "k8s.io"]
+    subprocess.run([*ctr, "tasks", "kill", "--signal", "SIGKILL", _container_id(victim)],
+                   check=True, capture_output=True, timeout=30)  # fmt: skip
+    result = future.result(timeout=600)
+    log = "\n".join(lines)
+    assert result.phase == "Succeeded", log[-5000:]
+    assert result.restarts >= 1 and _summary(node_cluster, dataset)["resumed_from_step"] is not None
+    assert "137" in log, log[-3000:]
+
+
+BAD_INPUT = "bad input: no such column"
+
+
+def test_a_permanent_failure_is_suspended_and_its_retry_creates_nothing(node_cluster, node_k8s):
+    """Exit 3 (a program's own error): no restart, the job suspended (its pods gone) and kept
+    with the reason; the step's retry re-attaches, reads it and fails in seconds."""
+    job = spec(
+        node_k8s, "trainjob", image=node_cluster.image, workers=1, cpu_request="250m",
+        memory_request="512Mi", command=["sh", "-c", f"echo '{BAD_INPUT}' >&2; exit 3"],
+    )  # fmt: skip
+    with pytest.raises(JobFailed) as err:
+        run_job(job, backend="kubernetes", options=options(node_k8s, timeout_s=300))
+    assert "exit code 3" in str(err.value) and BAD_INPUT in str(err.value)
+    (kept,) = jobs(node_k8s, "trainjob")
+    api = job_api("trainjob")
+    assert api.suspended(kept) and api.permanent_failure(kept)
+    _wait_for(lambda: not _job_pods(node_k8s, "trainjob"), 60, "the suspended job's pods to go")
+    began = time.monotonic()
+    with pytest.raises(JobFailed, match="exit code 3"):
+        run_job(job, backend="kubernetes", options=options(node_k8s, timeout_s=300))
+    assert time.monotonic() - began < 20
+    assert not _job_pods(node_k8s, "trainjob")  # nothing allocated again
+    (again,) = jobs(node_k8s, "trainjob")
+    assert again["metadata"]["uid"] == kept["metadata"]["uid"]
+
+
+def test_a_pod_over_its_emptydir_size_limit_is_evicted_and_the_launcher_says_so(
+    node_cluster, node_k8s
+):
+    """A program filling /tmp past its emptyDir's sizeLimit: the kubelet evicts the pod. It would
+    be evicted again on every restart (seen: the Job made a new pod every ~15 s, each evicted),
+    so the launcher stops the job at once (suspended, kept, the reason recorded), naming the
+    eviction, the volume and the disk."""
+    fill = "dd if=/dev/zero of=/tmp/fill bs=1M count=1100 status=none; sleep 300"  # /tmp: 1Gi
+    job = spec(
+        node_k8s, "trainjob", image=node_cluster.image, workers=1, cpu_request="250m",
+        memory_request="512Mi", command=["sh", "-c", fill],
+    )  # fmt: skip
+    with pytest.raises(JobFailed) as err:
+        run_job(job, backend="kubernetes", options=options(node_k8s, timeout_s=240))
+    message = str(err.value)
+    assert "a node was evicted for its own disk use" in message, message
+    assert 'Evicted: Usage of EmptyDir volume "tmp" exceeds the limit "1Gi"' in message
+    assert "the node's disk" in message and "not retried" in message
+    (kept,) = jobs(node_k8s, "trainjob")
+    assert job_api("trainjob").suspended(kept) and job_api("trainjob").permanent_failure(kept)
+
+
+def test_an_image_that_does_not_exist_is_named_by_the_watchdog(node_cluster, node_k8s):
+    missing = node_cluster.image.rsplit(":", 1)[0] + ":no-such-tag"
+    job = spec(node_k8s, "trainjob", image=missing, workers=1, cpu_request="250m",
+               memory_request="512Mi")  # fmt: skip
+    began = time.monotonic()
+    with pytest.raises(Exception) as err:  # noqa: PT011 - the watchdog's failure, whatever its class
+        run_job(
+            job,
+            backend="kubernetes",
+            options=options(node_k8s, timeout_s=240, pending_timeout_s=20, watchdog_fails=True),
+        )
+    message = str(err.value)
+    assert "no-such-tag" in message and ("ErrImagePull" in message or "ImagePullBackOff" in message)
+    assert time.monotonic() - began < 90
+
+
+def test_an_image_whose_user_is_root_is_refused_under_run_as_non_root(node_cluster, node_k8s):
+    """The kubelet refuses to start a root image under runAsNonRoot (no runAsUser given): the
+    launcher names the kubelet's reason."""
+    job = spec(
+        node_k8s, "trainjob", image=node_cluster.root_image, workers=1, cpu_request="250m",
+        memory_request="512Mi", run_as_user=None, run_as_group=None, command=["/pause"],
+    )  # fmt: skip
+    with pytest.raises(Exception) as err:  # noqa: PT011
+        run_job(
+            job,
+            backend="kubernetes",
+            options=options(node_k8s, timeout_s=240, pending_timeout_s=20, watchdog_fails=True),
+        )
+    message = str(err.value)
+    assert "CreateContainerConfigError" in message, message
+    assert "container has runAsNonRoot and image will run as root" in message
