@@ -20,6 +20,13 @@ pytest_plugins = [
 SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """The real node's tests on one worker (tests/node_scheduling.py)."""
+    from tests.node_scheduling import OneNodeWorkerScheduling
+
+    return OneNodeWorkerScheduling(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the tests marked ``slow`` first (otherwise in collection order).
 
@@ -29,9 +36,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     worker, as xdist requires.
     """
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-    for item in items:  # one real node serves them all: they run in one worker
-        if item.get_closest_marker("node") is not None:
-            item.add_marker(pytest.mark.xdist_group("node"))
 
 
 @pytest.fixture

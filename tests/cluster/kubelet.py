@@ -1,12 +1,25 @@
-"""The test's kubelet: a Node, an HTTPS log endpoint, and pod status through the API.
+"""The played kubelet: a Node, an HTTPS log endpoint, and pod status through the API.
 
-No kubelet runs in the test control plane, so this plays one, the way a kubelet talks to the API
+The ``cluster`` planes have no real kubelet (one real node serves the tests marked ``node``:
+tests/cluster/node.py); for them this plays one, the way a kubelet talks to the API
 server: it registers a Node whose kubelet endpoint is its own HTTPS server on 127.0.0.1 (the API
 server proxies ``pods/log`` there, as on a cluster), binds the pods it runs to that Node (what the
 scheduler would do), patches their status (Running, terminated with an exit code, restarted,
 waiting with a reason), posts Events, and finishes graceful deletions of its pods (SIGTERM → exit
 143 → removed), as a kubelet does. Everything else — pods, Jobs, Services, conditions, garbage
 collection — is the real controllers' work.
+
+It stays where a real node here cannot do the scenario, or not in the suite's time:
+GPU pods (``nvidia.com/gpu``: no device plugin or GPU on the node), pods of images the tests do
+not build (a user's TensorFlow image of a TFJob, registry.example.com images), an exact order
+of events between replicas (a crash of one while another logs, a preemption at a given line, a
+log stream dropped and re-opened at a given point), phases held for minutes (pods Pending past
+the watchdog's limit, a replica silent past its limit, a Kueue-suspended job), and a hundred
+short scenarios of the launcher's logic that each take ~1 s played and ~30 s real. What the
+played kubelet claims about a real one is checked on the real node: pods pulled and run as
+UID 1000 under ``restricted``, staging in init containers, torchrun across pods through DNS,
+exit codes 143/137/3 and the controllers' restarts, evictions, ErrImagePull, runAsNonRoot
+refusals, ``pods/log`` through the API server (tests/launcher/test_real_node_jobs.py).
 """
 
 from __future__ import annotations

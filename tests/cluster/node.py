@@ -148,7 +148,9 @@ class RealNode:
         return self
 
     def _bridge(self) -> None:
+        # What a session killed outright (no finalizer ran) left: its bridge, its pods' shims.
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, timeout=30)
+        kill_orphaned_shims()
         for command in (
             ["ip", "link", "add", BRIDGE, "type", "bridge"],
             ["ip", "addr", "add", f"{GATEWAY}/16", "dev", BRIDGE],
@@ -457,6 +459,20 @@ class RealNode:
             capture_output=True, text=True, timeout=30,
         )  # fmt: skip
         return [line for line in found.stdout.splitlines() if "pgrep" not in line]
+
+
+def kill_orphaned_shims() -> None:
+    """Shims of a test node whose containerd is gone (its socket removed with its folder)."""
+    found = subprocess.run(
+        ["pgrep", "-af", "containerd-shim-runc-v2 -namespace k8s.io"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    for line in found.stdout.splitlines():
+        pid, _, command = line.partition(" ")
+        address = command.split(" -address ", 1)[-1].split()[0] if " -address " in command else ""
+        if "/real-node" in address and not Path(address).exists():
+            with _suppress_oserror():
+                os.kill(int(pid), signal.SIGKILL)
 
 
 def remove_kubepods_cgroups() -> None:

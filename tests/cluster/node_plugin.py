@@ -4,7 +4,10 @@
   ``cluster``) with one real node (:class:`~tests.cluster.node.RealNode`), our CPU image and the
   pause image pushed to the tests' loopback registry (the node pulls them, as from any
   registry), and the test S3 server on the node's address (pods reach it; nothing outside
-  does). The tests marked ``node`` run in one xdist group, so one node serves them all;
+  does). The node's tests all run on one xdist worker (tests/node_scheduling.py), so one node
+  serves them all; a host-wide lock makes any other session (a second worker, a second
+  checkout's run) wait for that node to be gone, since two nodes would share the bridge, the
+  ports and containerd's state;
 * ``node_k8s``: a fresh namespace enforcing ``restricted`` on it, the launcher's ServiceAccount
   bound to the rendered Role there.
 
@@ -15,11 +18,15 @@ docker-registry) are needed, and the kubelet, kube-scheduler and CoreDNS binarie
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
+import os
 import tarfile
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +40,9 @@ from tests.cluster.processes import StartupError
 
 NODE_NAME = "node-0"
 PAUSE_TAG = "pause:kfp-ddp-test"
+HOST_LOCK = Path("/run/lock/kfp-ddp-real-node.lock")
+"""Held while a real node runs: one per host (one bridge, one set of ports, one containerd)."""
+LOCK_WAIT_S = 420.0
 
 
 @dataclass
@@ -98,6 +108,35 @@ def pause_archive(binary: Path, path: Path) -> Path:
     return path
 
 
+@contextmanager
+def host_lock(path: Path = HOST_LOCK, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """The real node's host-wide lock, waited for at most ``wait_s`` (then the test fails,
+    naming who holds it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as lock:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    lock.seek(0)
+                    pytest.fail(
+                        f"another test session holds the real node ({path}: "
+                        f"{lock.read().strip() or 'unknown'}) for over {wait_s:.0f} s; "
+                        "one node runs per host: wait for it or stop that session"
+                    )
+                time.sleep(2)
+        lock.truncate(0)
+        lock.write(f"pid {os.getpid()}\n")
+        lock.flush()
+        try:
+            yield
+        finally:
+            lock.truncate(0)
+
+
 @pytest.fixture(scope="session")
 def node_cluster(tmp_path_factory, podman, cpu_image, oci_registry) -> Iterator[NodeCluster]:
     reason = missing()
@@ -109,6 +148,11 @@ def node_cluster(tmp_path_factory, podman, cpu_image, oci_registry) -> Iterator[
         pytest.skip(f"no {', '.join(absent)} for the real node: {HOW_TO_GET}")
     if reference_missing():
         pytest.skip("the official CRDs/configs are not there: put ../shared beside the repository")
+    with host_lock():
+        yield from _node_cluster(tmp_path_factory, podman, cpu_image, oci_registry, binaries)
+
+
+def _node_cluster(tmp_path_factory, podman, cpu_image, oci_registry, binaries):
     folder = tmp_path_factory.mktemp("real-node")
     pause = oci_registry.push_oci_archive(
         pause_archive(build_pause(folder), folder / "pause.tar"), PAUSE_TAG

@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+# One real node serves them all: files named test_real_node* run on one xdist worker
+# (tests/node_scheduling.py).
 pytestmark = [pytest.mark.node, pytest.mark.slow]
 
 

@@ -24,6 +24,8 @@ from components.s3_sync import sync
 from tests.image_data import write_image_folder
 from tests.launcher.k8s_helpers import jobs, options, spec
 
+# One real node serves them all: files named test_real_node* run on one xdist worker
+# (tests/node_scheduling.py).
 pytestmark = [pytest.mark.node, pytest.mark.slow]
 
 SECRET = "s3-credentials"
