@@ -20,6 +20,7 @@ pytest_plugins = [
 SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
 
 
+@pytest.hookimpl(optionalhook=True)  # without xdist (-p no:xdist) there is no such hook
 def pytest_xdist_make_scheduler(config, log):
     """The real node's tests on one worker (tests/node_scheduling.py)."""
     from tests.node_scheduling import OneNodeWorkerScheduling

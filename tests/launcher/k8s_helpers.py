@@ -122,6 +122,11 @@ def renamed(documents: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]
 
 
 MONITOR_ACCOUNT = "monitor-runner"
+OPTIONAL_READS = {  # requests the launcher may make beyond the Role
+    ("", "namespaces", "get"),  # a 403 falls back to the permission check
+    ("trainer.kubeflow.org", "clustertrainingruntimes", "get"),  # a 403 is only noted
+    ("authorization.k8s.io", "selfsubjectaccessreviews", "create"),  # every user may
+}
 
 
 def role_without(namespace: str, *denied: tuple[str, str]) -> list[dict[str, Any]]:
@@ -142,16 +147,27 @@ def launcher_requests(ns: Namespace, account: str = SERVICE_ACCOUNT) -> list[dic
     return ns.cluster.plane.audit_events(user=user)
 
 
+def _request(event: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(API group, resource[/subresource], verb) of an audit event; None for discovery."""
+    ref = event.get("objectRef") or {}
+    if not ref.get("resource"):
+        return None  # discovery (/apis/...): open to every authenticated user
+    resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+    return (ref.get("apiGroup", ""), resource, event["verb"])
+
+
 def calls(ns: Namespace, account: str = SERVICE_ACCOUNT) -> set[tuple[str, str, str]]:
     """(API group, resource[/subresource], verb) of every request the launcher made."""
-    found = set()
-    for event in launcher_requests(ns, account):
-        ref = event.get("objectRef") or {}
-        if not ref.get("resource"):
-            continue  # discovery (/apis/...): open to every authenticated user
-        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-        found.add((ref.get("apiGroup", ""), resource, event["verb"]))
-    return found
+    return {r for r in map(_request, launcher_requests(ns, account)) if r is not None}
+
+
+def refused(ns: Namespace, account: str = SERVICE_ACCOUNT) -> set[tuple[str, str, str]]:
+    """The launcher's requests the API server refused (403), as :func:`calls` names them."""
+    return {
+        r
+        for e in launcher_requests(ns, account)
+        if e.get("responseStatus", {}).get("code") == 403 and (r := _request(e)) is not None
+    }
 
 
 def created(ns: Namespace, account: str = SERVICE_ACCOUNT) -> list[dict[str, Any]]:

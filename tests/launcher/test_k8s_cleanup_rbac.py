@@ -17,6 +17,7 @@ from tests.cluster.play import JobPods
 from tests.launcher.k8s_helpers import (
     ALL_APIS,
     MONITOR_ACCOUNT,
+    OPTIONAL_READS,
     calls,
     create_directly,
     install_namespaced_runtime,
@@ -183,11 +184,7 @@ def test_the_backend_calls_exactly_what_rbac_grants(k8s):
     s = spec(k8s, "pytorchjob", name="svcmon", metrics_port=9400, metrics_monitor="servicemonitor")
     run(k8s, s, lines, succeed(lines=1), configuration=servicemonitor_account(k8s))
     assert not any("not created" in x for x in lines), lines
-    optional = {
-        ("", "namespaces", "get"),  # a 403 falls back to the permission check
-        ("trainer.kubeflow.org", "clustertrainingruntimes", "get"),  # a 403 is only noted
-        ("authorization.k8s.io", "selfsubjectaccessreviews", "create"),  # every user may
-    }
+    optional = OPTIONAL_READS
     assert calls(k8s) - optional == granted_permissions()
     monitor_only = calls(k8s, MONITOR_ACCOUNT) - optional - granted_permissions()
     assert monitor_only == granted_permissions(servicemonitor=True) - granted_permissions()

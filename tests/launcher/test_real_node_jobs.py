@@ -19,10 +19,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pytest
 
 from components.launcher import JobFailed, job_api, run_job
+from components.launcher.backends.kubernetes import granted_permissions
 from components.launcher.spec_rules import NODE_OUTPUT, STAGED_DATA
 from components.s3_sync import sync
 from tests.image_data import write_image_folder
-from tests.launcher.k8s_helpers import jobs, options, spec
+from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, jobs, options, refused, spec
 
 # One real node serves them all: files named test_real_node* run on one xdist worker
 # (tests/node_scheduling.py).
@@ -109,6 +110,11 @@ def test_a_job_of_two_pods_trains_on_the_real_node_and_the_evaluation_reads_its_
     sync(f"{dataset}/data/val", str(tmp_path / "data" / "val"))
     scored = evaluate(tmp_path / "model", tmp_path / "data")
     assert scored.num_samples == 12 and 0.0 <= scored.accuracy <= 1.0
+    # The launcher needed no RBAC beyond the rendered Role: every request it made was allowed
+    # and is one the Role grants (the API server's audit log; discovery and the optional reads
+    # aside).
+    assert refused(node_k8s) <= OPTIONAL_READS, refused(node_k8s)
+    assert calls(node_k8s) - OPTIONAL_READS <= granted_permissions()
 
 
 def _staging_log(ns, pod) -> str:
