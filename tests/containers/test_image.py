@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -180,14 +181,18 @@ def test_the_cpu_image_pushed_to_a_registry_is_found_by_the_image_check_and_pull
     with pytest.raises(ImageMissing, match=r"kfp-ddp:no-such-tag"):
         check_images([f"{oci_registry.host}/kfp-ddp:no-such-tag"], what="kfp-ddp upload")
     # Pulled into an empty storage of its own, it runs.
-    root = tmp_path / "pulled"
-    runroot = f"/tmp/kfp-ddp-pull-{tmp_path.name[-8:]}"  # podman: a runroot of <= 50 characters
+    # Its own root, runroot and tmpdir: `system reset` removes the tmpdir, and the default one
+    # (/run/libpod) is every other podman's here (without it they all "refresh" at once, racing).
+    run = Path(tempfile.mkdtemp(prefix="kfp-ddp-pull-"))  # podman: a runroot of <= 50 characters
+    storage = [
+        "--root", str(tmp_path / "pulled"),
+        "--runroot", str(run / "runroot"),
+        "--tmpdir", str(run / "tmp"),
+    ]  # fmt: skip
     try:
-        storage = ["--root", str(root), "--runroot", runroot]
         podman.run(*storage, "pull", "--quiet", "--tls-verify=false", pushed, timeout=600)
         result = podman.run(*storage, "run", "--rm", *LOCKED_DOWN, pushed, "kfp-ddp", "--help")
         assert "kfp-ddp [OPTIONS] COMMAND" in result.stdout
     finally:
-        podman.run("--root", str(root), "--runroot", runroot, "system", "reset", "--force",
-                   check=False)  # fmt: skip
-        shutil.rmtree(runroot, ignore_errors=True)
+        podman.run(*storage, "system", "reset", "--force", check=False)
+        shutil.rmtree(run, ignore_errors=True)
