@@ -21,7 +21,7 @@ from components.launcher.spec_rules import SCRATCH_DIRS
 
 pytestmark = pytest.mark.slow
 
-STEPS = 60
+STEPS = 40
 TRAIN = [
     "--synthetic", "--model", "mobilenet_v3_small", "--image-size", "32", "--batch-size", "8",
     "--num-classes", "3", "--synthetic-size", "64", "--epochs", "1000", "--max-steps", str(STEPS),
@@ -87,6 +87,11 @@ def test_two_containers_train_together_and_resume_from_s3_after_one_is_killed(
     node = dict(podman=podman, image=cpu_image, network=private_network, s3=bridge_s3,
                 bucket=bucket, tmp_path=tmp_path)  # fmt: skip
     names: list[str] = []
+    started = time.monotonic()
+
+    def phase(what: str) -> None:  # shown with the captured output when the test fails
+        print(f"[{time.monotonic() - started:6.1f} s] {what}")
+
     try:
         first = [_start(**node, node=n, run="a") for n in (0, 1)]
         names += first
@@ -95,15 +100,19 @@ def test_two_containers_train_together_and_resume_from_s3_after_one_is_killed(
             running = podman.run("ps", "-q", "--filter", f"name={first[1]}").stdout.strip()
             assert running and time.monotonic() < deadline, _logs(podman, first[0])[:3000]
             time.sleep(0.2)
+        phase(f"checkpoint complete in S3: {_complete_checkpoints(bridge_s3, bucket)}")
         podman.run("kill", "--signal", "KILL", first[1])
         assert _wait(podman, first[1], 60) == 137
+        phase("node 1 killed")
         assert _wait(podman, first[0], 180) != 0  # its peer is gone: the job fails, to be retried
+        phase("node 0 failed")
         killed_at = _complete_checkpoints(bridge_s3, bucket)
         assert killed_at and not _keys(bridge_s3, bucket, "run/output/")
 
         second = [_start(**node, node=n, run="b") for n in (0, 1)]
         names += second
         codes = [_wait(podman, name, 300) for name in second]
+        phase(f"the second pair exited {codes}")
         assert codes == [0, 0], _logs(podman, second[0])[-4000:] + _logs(podman, second[1])[-2000:]
         log = _logs(podman, second[0])
         summary = json.loads(
