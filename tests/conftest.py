@@ -36,7 +36,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     takes the next test when it is free, not a fixed share). The order is the same in every
     worker, as xdist requires.
     """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("slow") is None,
+            item.get_closest_marker("node") is None,  # the real node's, together (node_plugin)
+        )
+    )
 
 
 @pytest.fixture

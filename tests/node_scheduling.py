@@ -4,11 +4,14 @@ pytest-xdist's own way (``--dist loadgroup`` with ``xdist_group`` marks) does no
 pytest 9 (xdist 3.8 renames the collected items through an attribute pytest 9 no longer reads),
 and it would also group every other test by module. This is xdist's ``load`` scheduling (a free
 worker takes the next test) with one rule: the tests in ``test_real_node*.py`` files all go to
-the worker that took the first of them; the other worker never gets one, and stops once only
-those are left.
+one worker, the first to ask, before its other tests and one after another (so its node starts
+once and stops after them); the other worker never gets one, and stops once only those are
+left.
 """
 
 from __future__ import annotations
+
+import functools
 
 from xdist.scheduler import LoadScheduling
 
@@ -16,6 +19,7 @@ NODE_TEST_FILES = "test_real_node"
 """Files of tests that run pods on the real node (tests/cluster/node.py) start with this."""
 
 
+@functools.cache
 def is_node_test(nodeid: str) -> bool:
     return nodeid.split("::", 1)[0].rsplit("/", 1)[-1].startswith(NODE_TEST_FILES)
 
@@ -26,18 +30,17 @@ class OneNodeWorkerScheduling(LoadScheduling):
     node_owner = None
 
     def _send_tests(self, node, num: int) -> None:
-        chosen, position = [], 0
-        while len(chosen) < num and position < len(self.pending):
-            index = self.pending[position]
-            if is_node_test(self.collection[index]):
-                if self.node_owner is None:
-                    self.node_owner = node
-                if node is not self.node_owner:
-                    position += 1
-                    continue
-            chosen.append(index)
-            del self.pending[position]
+        if self.node_owner is None and any(is_node_test(self.collection[i]) for i in self.pending):
+            self.node_owner = node  # the first worker to ask while node tests are pending
+        node_tests = [i for i in self.pending if is_node_test(self.collection[i])]
+        others = [i for i in self.pending if not is_node_test(self.collection[i])]
+        # The owner takes the node's tests first, one after another (the node then stops,
+        # tests/cluster/node_plugin.py); no other worker takes any.
+        candidates = node_tests + others if node is self.node_owner else others
+        chosen = candidates[:num]
         if chosen:
+            taken = set(chosen)
+            self.pending[:] = [i for i in self.pending if i not in taken]
             self.node2pending[node].extend(chosen)
             node.send_runtest_some(chosen)
 

@@ -32,7 +32,7 @@ def test_node_test_files_are_recognised_by_name():
     assert not is_node_test("tests/launcher/test_k8s_backend.py::test_real_node_jobs")
 
 
-def test_the_real_node_tests_all_run_on_one_worker_and_the_others_on_both(tmp_path):
+def test_the_real_node_tests_run_on_one_worker_one_after_another_the_others_on_both(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "conftest.py").write_text(
         "def pytest_xdist_make_scheduler(config, log):\n"
@@ -55,4 +55,8 @@ def test_the_real_node_tests_all_run_on_one_worker_and_the_others_on_both(tmp_pa
     assert len(runs) == sum(files.values())  # every test ran, once
     node_workers = {worker for module, worker in runs if module.startswith("test_real_node")}
     assert len(node_workers) == 1, runs
+    # ... one after another, before the owner's other tests (its node starts once).
+    (owner,) = node_workers
+    owners = [module.startswith("test_real_node") for module, worker in runs if worker == owner]
+    assert owners == sorted(owners, reverse=True), runs
     assert {worker for _, worker in runs} == {"gw0", "gw1"}, runs

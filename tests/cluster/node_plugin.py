@@ -1,6 +1,7 @@
 """Fixtures of the real node (registered in tests/conftest.py); tests on it are marked ``node``.
 
-* ``node_cluster`` (one per pytest session): a whole control plane (the same parts as
+* ``node_cluster`` (one per process at a time, reused by consecutive tests, stopped after the
+  last): a whole control plane (the same parts as
   ``cluster``) with one real node (:class:`~tests.cluster.node.RealNode`), our CPU image and the
   pause image pushed to the tests' loopback registry (the node pulls them, as from any
   registry), and the test S3 server on the node's address (pods reach it; nothing outside
@@ -26,7 +27,7 @@ import os
 import tarfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,8 +138,61 @@ def host_lock(path: Path = HOST_LOCK, wait_s: float = LOCK_WAIT_S) -> Iterator[N
             lock.truncate(0)
 
 
-@pytest.fixture(scope="session")
-def node_cluster(tmp_path_factory, podman, cpu_image, oci_registry) -> Iterator[NodeCluster]:
+class RunningNode:
+    """The process's real node: started by the first test that asks for it, stopped after the
+    last (when the next test does not ask for it; :func:`pytest_runtest_teardown`), so it costs
+    nothing while the worker's other tests run. The node's tests come one after another
+    (tests/node_scheduling.py; ``pytest_collection_modifyitems`` without xdist)."""
+
+    def __init__(self) -> None:
+        self.cluster: NodeCluster | None = None
+        self.failure: str | None = None
+        self._stack = ExitStack()
+
+    def get(self, tmp_path_factory, podman, cpu_image, oci_registry) -> NodeCluster:
+        if self.failure is not None:
+            pytest.fail(f"the real node did not start (see the first node test): {self.failure}")
+        if self.cluster is None:
+            binaries = _binaries_or_skip()
+            try:
+                self._stack.enter_context(host_lock())
+                self.cluster = self._stack.enter_context(
+                    started_node(tmp_path_factory, podman, cpu_image, oci_registry, binaries)
+                )
+            except BaseException as exc:
+                self.failure = f"{type(exc).__name__}: {str(exc)[:300]}"
+                self.stop()
+                raise
+        return self.cluster
+
+    def stop(self) -> None:
+        self.cluster = None
+        self._stack.close()
+
+
+RUNNING = RunningNode()
+
+
+@pytest.fixture
+def node_cluster(tmp_path_factory, podman, cpu_image, oci_registry) -> NodeCluster:
+    """The real node's cluster (one per process at a time, reused by consecutive tests)."""
+    return RUNNING.get(tmp_path_factory, podman, cpu_image, oci_registry)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    yield  # the test's own fixtures (its namespace) are gone by now
+    if RUNNING.cluster is not None and (
+        nextitem is None or "node_cluster" not in getattr(nextitem, "fixturenames", ())
+    ):
+        RUNNING.stop()
+
+
+def pytest_sessionfinish() -> None:
+    RUNNING.stop()  # interrupted mid-way: nothing left running
+
+
+def _binaries_or_skip():
     reason = missing()
     if reason:
         pytest.skip(reason)
@@ -148,11 +202,12 @@ def node_cluster(tmp_path_factory, podman, cpu_image, oci_registry) -> Iterator[
         pytest.skip(f"no {', '.join(absent)} for the real node: {HOW_TO_GET}")
     if reference_missing():
         pytest.skip("the official CRDs/configs are not there: put ../shared beside the repository")
-    with host_lock():
-        yield from _node_cluster(tmp_path_factory, podman, cpu_image, oci_registry, binaries)
+    return binaries
 
 
-def _node_cluster(tmp_path_factory, podman, cpu_image, oci_registry, binaries):
+@contextmanager
+def started_node(tmp_path_factory, podman, cpu_image, oci_registry, binaries):
+    """A control plane with the real node, the images pushed, the S3 server; stopped on exit."""
     folder = tmp_path_factory.mktemp("real-node")
     pause = oci_registry.push_oci_archive(
         pause_archive(build_pause(folder), folder / "pause.tar"), PAUSE_TAG
