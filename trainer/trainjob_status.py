@@ -146,6 +146,8 @@ class StatusReporter:
         self._final_started = threading.Event()
         self._final_done = threading.Event()
         self._final_problem: str | None = None
+        self._timed_out = False
+        """The last report failed for want of an answer within ``timeout_s``."""
         self._thread = threading.Thread(target=self._work, name="trainjob-status", daemon=True)
         self._thread.start()
 
@@ -173,6 +175,8 @@ class StatusReporter:
         if final_asked:
             started = self._final_started.wait(self.timeout_s + 1.0)
             answered = started and self._final_done.wait(self.timeout_s)
+            # Its own socket timeout and this wait end together: one message for a silent server.
+            answered = answered and not self._timed_out
         tally = f"{self.sent} went through, {self.failed} failed"
         kept = "the TrainJob's status.trainerStatus keeps an earlier one"
         if not answered:
@@ -216,11 +220,13 @@ class StatusReporter:
 
     def _send(self, progress: Progress) -> str | None:
         """One report; what went wrong (None: it went through). Never raises."""
+        self._timed_out = False
         try:
             answer = post_status(self.endpoint, progress.trainer_status(), self.timeout_s)
             problem = None if answer.code == 200 else f"HTTP {answer.code}: {answer.message}"
         except Exception as err:  # noqa: BLE001 - a report must never end the run
             problem = f"{type(err).__name__}: {err}"
+            self._timed_out = isinstance(err, TimeoutError)
         if problem is None:
             if self._failing:
                 self.log.line(
