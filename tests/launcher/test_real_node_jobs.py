@@ -292,7 +292,7 @@ def test_an_image_that_does_not_exist_is_named_by_the_watchdog(node_cluster, nod
         run_job(
             job,
             backend="kubernetes",
-            options=options(node_k8s, timeout_s=240, pending_timeout_s=20, watchdog_fails=True),
+            options=options(node_k8s, timeout_s=240, pending_timeout_s=10, watchdog_fails=True),
         )
     message = str(err.value)
     assert "no-such-tag" in message and ("ErrImagePull" in message or "ImagePullBackOff" in message)
@@ -310,7 +310,7 @@ def test_an_image_whose_user_is_root_is_refused_under_run_as_non_root(node_clust
         run_job(
             job,
             backend="kubernetes",
-            options=options(node_k8s, timeout_s=240, pending_timeout_s=20, watchdog_fails=True),
+            options=options(node_k8s, timeout_s=240, pending_timeout_s=10, watchdog_fails=True),
         )
     message = str(err.value)
     assert "CreateContainerConfigError" in message, message
