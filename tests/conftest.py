@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.image_data import write_image_folder
+from tests.node_scheduling import OneNodeWorkerScheduling, is_node_test
 
 pytest_plugins = [
     "tests.cluster.plugin",
@@ -23,8 +24,6 @@ SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
 @pytest.hookimpl(optionalhook=True)  # without xdist (-p no:xdist) there is no such hook
 def pytest_xdist_make_scheduler(config, log):
     """The real node's tests on one worker (tests/node_scheduling.py)."""
-    from tests.node_scheduling import OneNodeWorkerScheduling
-
     return OneNodeWorkerScheduling(config, log)
 
 
@@ -36,10 +35,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     takes the next test when it is free, not a fixed share). The order is the same in every
     worker, as xdist requires.
     """
+    for item in items:  # xdist's scheduler knows them by file name only
+        if (item.get_closest_marker("node") is not None) != is_node_test(item.nodeid):
+            raise pytest.UsageError(
+                f"{item.nodeid}: tests marked 'node' belong in files named test_real_node*.py "
+                "(and only they): tests/node_scheduling.py keeps those on one worker"
+            )
     items.sort(
         key=lambda item: (
             item.get_closest_marker("slow") is None,
-            item.get_closest_marker("node") is None,  # the real node's, together (node_plugin)
+            not is_node_test(item.nodeid),  # the real node's, together (node_plugin)
         )
     )
 

@@ -238,19 +238,14 @@ class _Follow:
             return  # the controller marks the job Failed; the loop reports it then
         time.sleep(min(1.0, self.options.poll_interval_s))  # let its last log lines arrive
         reason, details = self.diagnosis.failure(self.follower)
-        what = (
-            f"exited with permanent code {problem.exit_code}"
-            if problem.exit_code is not None
-            else "was evicted for its own disk use"
-        )
+        if problem.exit_code is not None:
+            what = f"exited with permanent code {problem.exit_code}"
+            cause = f"permanent exit code {problem.exit_code}"
+        else:
+            what, cause = "was evicted for its own disk use", "evicted for its own disk use"
         message = f"{self.job.title}: a node {what} ({reason}); not retried"
         self.follower.stop.set()
-        recorded = (
-            f"{reason}; permanent exit code {problem.exit_code}"
-            if problem.exit_code is not None
-            else f"{reason}; evicted for its own disk use"
-        )
-        self.job.record_failure(recorded, suspend=True)
+        self.job.record_failure(f"{reason}; {cause}", suspend=True)
         raise JobFailed(
             f"{message}{details}\n{self.job.kept_note()}", self._result("Failed", message)
         )
