@@ -25,9 +25,12 @@ $(STAMP): pyproject.toml constraints.txt
 test: setup
 	$(PY) -m pytest
 
+# Style, the layers and no import circles (.importlinter), and the types of every package.
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 format: setup
 	$(VENV)/bin/ruff check --fix .

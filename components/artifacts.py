@@ -3,6 +3,8 @@ already imported it, and importing kfp.dsl modules from a step's body can hit a 
 
 from pathlib import Path
 
+from kfp_ddp.atomic_files import write_json_atomic
+
 
 def write_metadata_file(artifact) -> None:
     """Write a metadata-only artifact's metadata (Metrics, ClassificationMetrics) to its path.
@@ -11,6 +13,5 @@ def write_metadata_file(artifact) -> None:
     ``kfp.local`` then treats the task's outputs as missing and never reuses a cached result.
     The JSON file makes the artifact real (and downloadable from the UI) on every backend.
     """
-    from kfp_ddp.atomic_files import write_json_atomic
 
     write_json_atomic(Path(artifact.path), dict(artifact.metadata))

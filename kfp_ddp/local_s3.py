@@ -194,7 +194,7 @@ class LocalS3Server:
         if self.running:
             return self
         weed = find_weed_binary()
-        last_error: Exception | None = None
+        last_error: BaseException | None = None
         # A port picked as free may be taken before weed binds it; a fresh set of ports fixes it.
         for _attempt in range(3):
             try:

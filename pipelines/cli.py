@@ -19,6 +19,8 @@ from typing import Any
 import click
 
 from components import DEFAULT_IMAGE
+from components.launcher.spec import SpecError
+from components.launcher.step import TrainingStepInputs, training_spec
 from pipelines.cli_arguments import checked_arguments, parse_parameters, pipeline_inputs
 from pipelines.image_check import SKIP_IMAGE_CHECK_FLAG, check_images, release_image_note
 from pipelines.kfp_api import (
@@ -38,7 +40,14 @@ from pipelines.package import (
     package_storage,
     submitted_images,
 )
-from pipelines.training import DEFAULT_STORAGE, STORAGE_MODES
+from pipelines.parameters import listing
+from pipelines.plan import (
+    DEFAULT_STORAGE,
+    STORAGE_MODES,
+    WORKSPACE_MOUNT_PATH,
+    cluster_settings_json,
+    planned_step_inputs,
+)
 
 DEFAULT_PIPELINE_NAME = "kfp-ddp-training"
 DEFAULT_EXPERIMENT = "kfp-ddp"
@@ -166,8 +175,6 @@ def compile_command(
 @_image_option
 def parameters_command(storage: str, image: str) -> None:
     """List the pipeline's parameters (-p NAME=VALUE): type, default and what each does."""
-    from pipelines.parameters import listing
-
     click.echo(listing(storage, image=image))
 
 
@@ -182,6 +189,8 @@ def parameters_command(storage: str, image: str) -> None:
 def compile_components_command(image: str, output: Path) -> None:
     """Write one component YAML per reusable step, for pipelines of your own (load them with
     kfp.components.load_component_from_file)."""
+    # Here, not at the top (as for each command below): what one command needs, the others and
+    # --help must not wait for (the components and cluster clients: seconds).
     from pipelines.component_files import compile_components
 
     try:
@@ -231,7 +240,7 @@ def run_local_command(
     AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3) or -p s3_endpoint=URL. Exits 1 when a step
     fails or the evaluation gate holds the model back (the message says why).
     """
-    from pipelines.local_run import LocalRunError, run_local
+    from pipelines.local_run import LocalRunError, run_local  # (see compile-components)
 
     arguments = parse_parameters(params, pipeline_inputs(storage))
     checked_arguments(
@@ -519,18 +528,12 @@ def render_command(
     """Print the TrainJob/PyTorchJob a run with these parameters would submit (no cluster access).
 
     It is built by the same function the training step uses, from the same inputs. With
-    job_api=auto (the default) it prints the TrainJob; a cluster without Kubeflow Trainer v2 gets
-    the PyTorchJob (-p job_api=pytorchjob shows it). With metrics_port, the monitoring documents
+    api=auto (the default) it prints the TrainJob; a cluster without Kubeflow Trainer v2 gets
+    the PyTorchJob (-p api=pytorchjob shows it). With metrics_port, the monitoring documents
     the training step creates beside the job follow it (multi-document YAML).
     """
-    from components.launcher import SpecError, build_manifest
-    from components.launcher.monitoring import render_yaml
-    from components.launcher.step import TrainingStepInputs, training_spec
-    from pipelines.training import (
-        WORKSPACE_MOUNT_PATH,
-        cluster_settings_json,
-        planned_step_inputs,
-    )
+    from components.launcher.apis import build_manifest  # (see compile-components)
+    from components.launcher.monitoring_documents import render_yaml  # (see compile-components)
 
     inputs = pipeline_inputs(storage)
     arguments = default_arguments(inputs) | parse_parameters(params, inputs)
@@ -551,10 +554,10 @@ def render_command(
         raise click.ClickException(str(exc)) from None
     for warning in spec.warnings():
         click.echo(f"# warning: {warning}", err=True)
-    if arguments.get("job_api") == "auto":
+    if arguments.get("api") == "auto":
         click.echo(
-            "# job_api=auto: a TrainJob where the cluster serves Kubeflow Trainer v2, else the "
-            "PyTorchJob of -p job_api=pytorchjob",
+            "# api=auto: a TrainJob where the cluster serves Kubeflow Trainer v2, else the "
+            "PyTorchJob of -p api=pytorchjob",
             err=True,
         )
     click.echo(render_yaml(manifest, spec), nl=False)

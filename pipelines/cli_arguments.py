@@ -9,6 +9,10 @@ from typing import Any
 
 import click
 
+from pipelines.package import declared_inputs, default_arguments
+from pipelines.parameters import RENAMED_PARAMETERS
+from pipelines.plan import DEFAULT_STORAGE, WORKSPACE_MOUNT_PATH
+
 _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off"}
 
@@ -63,6 +67,15 @@ def parse_parameters(pairs: Sequence[str], inputs: dict[str, dict]) -> dict[str,
             raise click.BadParameter(
                 f"{pair!r} is not key=value (e.g. -p epochs=5)", param_hint="'-p'"
             )
+        if key in RENAMED_PARAMETERS:
+            new_name = RENAMED_PARAMETERS[key]
+            click.secho(
+                f"WARNING: -p {key} is now -p {new_name} (kfp-ddp 0.2.0, see CHANGELOG.md); "
+                "the old name stops working in 0.3.0",
+                err=True,
+                fg="yellow",
+            )
+            key = new_name
         if key not in inputs:
             raise click.BadParameter(
                 f"unknown pipeline parameter {key!r}; valid parameters: "
@@ -89,8 +102,9 @@ def pipeline_inputs(storage: str | None = None) -> dict[str, dict]:
     ``storage`` (default: the default storage)."""
     from google.protobuf import json_format
 
-    from pipelines.package import declared_inputs
-    from pipelines.training import DEFAULT_STORAGE, build_training_pipeline
+    # Here, not at the top: building the pipeline imports every component and the cluster
+    # clients (~4 s), which the CLI's --help and its other commands do not need.
+    from pipelines.training import build_training_pipeline
 
     pipeline = build_training_pipeline(storage=storage or DEFAULT_STORAGE)
     return declared_inputs(json_format.MessageToDict(pipeline.pipeline_spec))
@@ -98,8 +112,6 @@ def pipeline_inputs(storage: str | None = None) -> dict[str, dict]:
 
 def with_defaults(arguments: Mapping[str, Any], storage: str | None = None) -> dict[str, Any]:
     """``arguments`` over the declared defaults of the pipeline compiled for ``storage``."""
-    from pipelines.package import default_arguments
-
     return default_arguments(pipeline_inputs(storage)) | dict(arguments)
 
 
@@ -110,7 +122,8 @@ def checked_arguments(arguments: Mapping[str, Any], **compile_time: Any) -> None
     workspace_path, storage, cluster_settings). A problem exits 2, one line each: parameter,
     value, fix.
     """
-    from pipelines.training import DEFAULT_STORAGE, WORKSPACE_MOUNT_PATH
+    # Here, not at the top: the checks import the trainer's (torch, ~2 s), which the CLI's --help
+    # and its other commands do not need.
     from pipelines.validation import ArgumentError, check_arguments
 
     complete = with_defaults(arguments, compile_time.get("storage"))

@@ -25,11 +25,12 @@ from kfp import compiler
 from kfp.dsl.python_component import PythonComponent
 
 from components import DEFAULT_IMAGE
-from components.evaluate.component import make_evaluate_op
-from components.kfp_component import make_component
-from components.launcher.component import make_cleanup_op, make_training_job_op
-from components.s3_sync.component import make_s3_sync_op
+from components.kfp.evaluate import make_evaluate_op
+from components.kfp.factory import make_component
+from components.kfp.launcher import make_cleanup_op, make_training_job_op
+from components.kfp.s3_sync import make_s3_sync_op
 from kfp_ddp import __version__
+from kfp_ddp.atomic_files import write_atomic
 from pipelines.steps import list_dataset_step, publish_model_step, stage_dataset_step
 
 COMPILED_DIR = Path(__file__).resolve().parents[1] / "components" / "compiled"
@@ -88,7 +89,6 @@ def version_line(image: str) -> str:
 
 def compile_component(component: PythonComponent, path: Path) -> Path:
     """Compile ``component`` to the YAML file ``path`` (atomically)."""
-    from kfp_ddp.atomic_files import write_atomic
 
     with tempfile.TemporaryDirectory(prefix="kfp-ddp-component-") as tmp:
         compiled = Path(tmp) / Path(path).name

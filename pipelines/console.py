@@ -59,7 +59,7 @@ class RunConsole(io.TextIOBase):
     """A ``sys.stdout`` stand-in: the log file gets everything, the console a summary."""
 
     log: TextIO
-    console: TextIO = field(default_factory=lambda: sys.__stdout__)
+    console: TextIO = field(default_factory=lambda: sys.__stdout__ or sys.stdout)
     verbose: bool = False
     steps: dict[str, StepRecord] = field(default_factory=dict)
     failed: list[StepRecord] = field(default_factory=list)

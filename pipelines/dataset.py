@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.s3_sync import staging
+from components.s3_sync.api import sync
 from pipelines.parameter_errors import ParameterError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
@@ -91,30 +93,27 @@ class StagedDataset:
 
 def source_key(data_uri: str, endpoint_url: str | None = None) -> str:
     """The folder name of a source (see ``components.s3_sync.staging.source_key``)."""
-    from components.s3_sync.staging import source_key as key
 
     del endpoint_url  # the same bucket through another URL is the same data
-    return key(data_uri)
+    return staging.source_key(data_uri)
 
 
 def snapshot_path(
     workspace: str | os.PathLike, data_uri: str, endpoint_url: str | None, digest: str
 ) -> Path:
     """The frozen folder of ``data_uri``'s listing ``digest`` in ``workspace``."""
-    from components.s3_sync.staging import snapshot_path as path
 
     del endpoint_url
-    return path(Path(workspace) / "data", data_uri, digest)
+    return staging.snapshot_path(Path(workspace) / "data", data_uri, digest)
 
 
 def stage_dataset(
     data_uri: str, workspace: str | os.PathLike, *, endpoint_url: str | None = None
 ) -> StagedDataset:
     """Sync ``data_uri`` into the workspace, check its layout, freeze it (see the module doc)."""
-    from components.s3_sync.staging import stage
 
     found: dict[str, int] = {}
-    staged = stage(
+    staged = staging.stage(
         data_uri,
         Path(workspace) / "data",
         endpoint_url=endpoint_url,
@@ -169,8 +168,6 @@ def inspect_dataset(data_uri: str, *, endpoint_url: str | None = None) -> Listed
     """List ``data_uri`` (a dry-run sync into a folder that does not exist: nothing is written)
     and check its layout."""
     import tempfile
-
-    from components.s3_sync.api import sync
 
     with tempfile.TemporaryDirectory(prefix="kfp-ddp-inspect-") as tmp:
         report = sync(

@@ -32,6 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.s3_sync import sync
+from kfp_ddp.atomic_files import write_json_atomic
+from kfp_ddp.local_s3 import LocalS3Server
+from pipelines.digits import write_digits_image_folder
+from pipelines.local_run import run_local
+
 DEMO_BUCKET = "kfp-ddp-demo"
 DATA_PREFIX = "datasets/digits"
 MODELS_PREFIX = "models"
@@ -147,11 +153,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     """Run the demo and return its summary (also written to ``<output>/summary.json``)."""
-    from components.s3_sync import sync
-    from kfp_ddp.atomic_files import write_json_atomic
-    from kfp_ddp.local_s3 import LocalS3Server
-    from pipelines.digits import write_digits_image_folder
-    from pipelines.local_run import run_local
 
     started = time.monotonic()
     output = DemoOutput(args.output.resolve())

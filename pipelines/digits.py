@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from kfp_ddp.atomic_files import write_atomic
+
 CLASS_NAMES = tuple(str(d) for d in range(10))
 
 
 def _write_png_atomically(pixels: np.ndarray, path: Path) -> None:
-    from kfp_ddp.atomic_files import write_atomic
 
     image = Image.fromarray(pixels, mode="L")
     write_atomic(path, lambda handle: image.save(handle, format="PNG", optimize=False))

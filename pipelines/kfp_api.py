@@ -24,6 +24,9 @@ from typing import Any, NamedTuple
 
 import click
 
+from pipelines import cron
+from pipelines.cron import CronError
+
 HOST_ENV_VARS = ("KFP_HOST", "KF_PIPELINES_ENDPOINT")
 TOKEN_ENV = "KFP_TOKEN"
 TOKEN_PATH_ENV = "KF_PIPELINES_SA_TOKEN_PATH"
@@ -34,7 +37,8 @@ PROBE_TIMEOUT_S = 10.0
 # What they use from kfp-kubernetes (the second YAML document) and the pipeline spec, and where the
 # backend learnt it (github.com/kubeflow/pipelines; CHANGELOG.md names the same PRs per release):
 # - secretAsEnv.secretNameParameter (the S3 Secret's name is the pipeline parameter
-#   credentials_secret) and pvcMount.pvcNameParameter (shared-volume: the claim is workspace_pvc):
+#   s3_credentials_secret) and pvcMount.pvcNameParameter (shared-volume: the claim is
+#   workspace_pvc):
 #   driver support in fd1b48b471 (#11770), first released in 2.5.0. The 2.4.x driver skips
 #   unknown fields and refers to a Secret named "" (its claim comes from the deprecated
 #   componentInputParameter written beside pvcNameParameter); 2.3.0 and older parse strictly and
@@ -202,7 +206,8 @@ def check_backend_version(host: str, healthz: dict[str, Any], *, skip: bool = Fa
             fg="yellow",
         )
         return
-    if release >= parse_kfp_release(MIN_KFP_BACKEND):
+    minimum = parse_kfp_release(MIN_KFP_BACKEND)
+    if minimum is None or release >= minimum:  # None: MIN_KFP_BACKEND is not a release tag
         return
     problem = (
         f"--host {host}: the Kubeflow Pipelines API server there is release {tag_name} "
@@ -302,10 +307,7 @@ def kfp_cron(expression: str) -> str:
     """``--cron`` as KFP's scheduler (robfig/cron v1 ``cron.Parse``) reads it: a seconds field
     first for five crontab fields (``0 2 * * *`` stays 02:00 daily), every field checked
     (``pipelines.cron``); a bad one is refused naming --cron, the field and what to write."""
-    from pipelines.cron import CronError
-    from pipelines.cron import kfp_cron as checked
-
     try:
-        return checked(expression)
+        return cron.kfp_cron(expression)
     except CronError as exc:
         raise click.BadParameter(str(exc), param_hint="'--cron'") from None

@@ -3,7 +3,7 @@ beyond each argument's own value. Each names the parameter the user set, its val
 
 - ``configuration_problems(arguments)``, pure (``pipelines.validation.check_arguments`` calls it,
   so the CLI refuses before it submits and the check step refuses again for a UI run):
-  - ``train_overrides``' ``backend_options``: parsed by the backend's own options class, which
+  - ``overrides_json``' ``backend_options``: parsed by the backend's own options class, which
     names an unknown key and the nearest known one (the training step found them only after the
     data step);
   - ``gpus_per_worker`` with the local backend (``kfp-ddp run-local``, kfp.local): every node
@@ -20,6 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from components.evaluate.errors import EvaluationError
+from components.evaluate.gate import load_baseline
+from components.launcher import SpecError
+from components.launcher.options import OPTIONS_OF_BACKEND
+from components.launcher.step import StepOverrides
 from pipelines.parameter_errors import ArgumentError, ParameterError
 
 
@@ -29,24 +34,21 @@ def configuration_problems(arguments: Mapping[str, Any]) -> list[ParameterError]
 
 
 def backend_options_problems(arguments: Mapping[str, Any]) -> list[ParameterError]:
-    """``train_overrides``' ``backend_options`` as the backend would parse them (unknown keys,
+    """``overrides_json``' ``backend_options`` as the backend would parse them (unknown keys,
     with the nearest known one; bad values)."""
-    from components.launcher import SpecError
-    from components.launcher.options import OPTIONS_OF_BACKEND
-    from components.launcher.step import StepOverrides
 
-    text = arguments.get("train_overrides") or ""
+    text = arguments.get("overrides_json") or ""
     options_class = OPTIONS_OF_BACKEND.get(arguments.get("backend") or "kubernetes")
     if options_class is None or not isinstance(text, str):
         return []  # an unknown backend is a compile-time error, a non-string another check's
     try:
         options = StepOverrides.parse(text).backend_options
     except SpecError:
-        return []  # not a JSON object: the training job's check names train_overrides already
+        return []  # not a JSON object: the training job's check names overrides_json already
     try:
         options_class.from_dict(options)
     except SpecError as exc:
-        return [ParameterError("train_overrides", text, str(exc))]
+        return [ParameterError("overrides_json", text, str(exc))]
     return []
 
 
@@ -88,8 +90,6 @@ def baseline_problems(arguments: Mapping[str, Any]) -> list[ParameterError]:
     checked only with the local backend, where every step shares this machine's files; on a
     cluster the evaluation reads it from its own volumes, which the check step does not mount.
     """
-    from components.evaluate.errors import EvaluationError
-    from components.evaluate.gate import load_baseline
 
     uri = arguments.get("baseline_uri") or ""
     if not isinstance(uri, str) or not uri:

@@ -20,8 +20,11 @@ from typing import Any
 
 from components import DEFAULT_IMAGE
 from components.launcher.backends.local import NODES_DIR_ENV
+from pipelines.cli_arguments import with_defaults
 from pipelines.console import RunConsole, open_log
-from pipelines.training import DEFAULT_STORAGE, PIPELINE_NAME, build_training_pipeline
+from pipelines.plan import DEFAULT_STORAGE
+from pipelines.training import PIPELINE_NAME, build_training_pipeline
+from pipelines.validation import ArgumentError, check_arguments
 
 TRAIN_TASK = "training-job-component"
 """kfp.local's folder of the training step (named after the component function)."""
@@ -185,8 +188,6 @@ def collect_local_run(
 
 def _check(arguments: dict[str, Any], workspace: Path, storage: str) -> None:
     """Every argument checked before anything runs (the pipeline checks them again itself)."""
-    from pipelines.cli_arguments import with_defaults
-    from pipelines.validation import ArgumentError, check_arguments
 
     try:
         check_arguments(

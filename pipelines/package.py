@@ -18,6 +18,7 @@ import click
 import yaml
 
 from components import DEFAULT_IMAGE
+from kfp_ddp.atomic_files import write_atomic, write_text_atomic
 
 COMPILED = Path(__file__).resolve().parent / "compiled"
 PACKAGES = {
@@ -90,7 +91,6 @@ def disable_caching(pipeline_spec: dict) -> int:
 
 def write_yaml_atomically(docs: Sequence[dict], path: Path) -> None:
     """Write YAML documents to ``path`` atomically (temp file in the same folder, fsync, rename)."""
-    from kfp_ddp.atomic_files import write_text_atomic
 
     write_text_atomic(path, yaml.safe_dump_all(docs, sort_keys=True))
 
@@ -112,7 +112,8 @@ def compile_pipeline(
     ``cluster_settings`` to ``output`` (atomically, readable by all)."""
     from kfp import compiler
 
-    from kfp_ddp.atomic_files import write_atomic
+    # Here, not at the top: building the pipeline imports every component and the cluster
+    # clients (~4 s), which the CLI's other commands (and its --help) do not need.
     from pipelines.training import build_training_pipeline
 
     try:

@@ -8,6 +8,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from kfp_ddp.s3_uri import s3_uri_problem
+
 Rule = Callable[[Any], "str | None"]
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -15,7 +17,6 @@ DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0
 def s3_uri(example: str, *, optional: bool = False) -> Rule:
     """An ``s3://bucket/prefix`` URI with a prefix of its own (``kfp_ddp.s3_uri``); '' allowed
     when ``optional``."""
-    from kfp_ddp.s3_uri import s3_uri_problem
 
     def rule(value: Any) -> str | None:
         if optional and value == "":
@@ -58,24 +59,8 @@ def fraction(fix: str, *, below_one: bool = False) -> Rule:
 
 def baseline_uri(value: Any) -> str | None:
     """'' (no baseline), a path, or an s3://bucket/key."""
-    from kfp_ddp.s3_uri import s3_uri_problem
-
     if not isinstance(value, str):
         return "write s3://bucket/key, a path or ''"
     if value.startswith("s3:") and s3_uri_problem(value, prefix_required=True):
         return f"write s3://bucket/key or '' ({s3_uri_problem(value, prefix_required=True)})"
-    return None
-
-
-def trainer_args(value: Any) -> str | None:
-    """A list of strings, none of them a flag the pipeline sets (``pipeline_flags``)."""
-    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-        return 'must be a list of strings, e.g. ["--augment", "none"]'
-    from pipelines.parameters import pipeline_flags
-
-    owned = pipeline_flags()
-    for arg in value:
-        why = owned.get(arg.split("=", 1)[0])
-        if why:
-            return f"{arg.split('=', 1)[0]} {why}"
     return None

@@ -10,13 +10,17 @@ reaches the trainer — its trainer flag and the training step's input that carr
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components.kfp_function import REQUIRED, FunctionInput
+from components.kfp.function import REQUIRED, FunctionInput
+from components.launcher.step import TRAINER_SETTING, TrainingStepInputs, trainer_flag_inputs
 from pipelines import parameter_rules as rules
+from trainer import config as trainer_config
 
 IMAGE = object()
 """The default of ``image``: the image the pipeline is compiled for."""
@@ -44,6 +48,17 @@ SET_BY_PIPELINE = {
 }
 """Trainer flags the pipeline sets that are no parameter's (refused in trainer_args)."""
 
+RENAMED_PARAMETERS = {
+    "job_api": "api",
+    "credentials_secret": "s3_credentials_secret",
+    "cpu_per_worker": "cpu_request",
+    "memory_per_worker": "memory_request",
+    "checkpoint_interval": "checkpoint_every_steps",
+    "train_overrides": "overrides_json",
+}
+"""Parameters renamed in 0.2.0 to the name of the setting in every layer (CHANGELOG.md): the CLI
+takes the old name, with a warning, until 0.3.0."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Parameter:
@@ -70,6 +85,26 @@ class Parameter:
         return image if self.default is IMAGE else self.default
 
 
+def trainer_parameters(inputs_class: type = TrainingStepInputs) -> list[Parameter]:
+    """A parameter for each trainer setting of the training step (``trainer_setting`` in
+    ``TrainingStepInputs``), of the same name: the trainer's type, description and default (or
+    the pipeline's own default, whose reason the declaration states)."""
+    defaults, docs = trainer_config.field_defaults(), trainer_config.field_docs()
+    hints = typing.get_type_hints(trainer_config.TrainConfig)
+    found = []
+    for f in dataclasses.fields(inputs_class):
+        name = f.metadata.get(TRAINER_SETTING)
+        if name is None:
+            continue
+        kind = next((a for a in typing.get_args(hints[name]) if a is not type(None)), hints[name])
+        default = f.metadata.get("pipeline_default", defaults[name])
+        doc = docs.get(name, "")
+        if "why" in f.metadata:
+            doc += f" The pipeline's default is {default!r}: {f.metadata['why']}."
+        found.append(Parameter(name=name, type=kind, default=default, doc=doc, step_input=f.name))
+    return found
+
+
 PARAMETERS = (
     Parameter(
         name="data_uri",
@@ -93,7 +128,7 @@ PARAMETERS = (
         step_input="s3_endpoint",
     ),
     Parameter(
-        name="credentials_secret",
+        name="s3_credentials_secret",
         type=str,
         default="s3-credentials",
         doc="""Kubernetes Secret with AWS_ACCESS_KEY_ID and
@@ -125,7 +160,7 @@ PARAMETERS = (
         step_input="namespace",
     ),
     Parameter(
-        name="job_api",
+        name="api",
         type=str,
         default="auto",
         doc="""trainjob (Kubeflow Trainer v2), pytorchjob (Training Operator v1) or auto
@@ -154,69 +189,20 @@ PARAMETERS = (
         step_input="nproc_per_node",
     ),
     Parameter(
-        name="cpu_per_worker",
+        name="cpu_request",
         type=str,
         default="",
         doc="""CPU request per node, e.g. 16; empty for none.""",
         step_input="cpu_request",
     ),
     Parameter(
-        name="memory_per_worker",
+        name="memory_request",
         type=str,
         default="",
         doc="""memory request per node, e.g. 128Gi; empty for none.""",
         step_input="memory_request",
     ),
-    Parameter(
-        name="model",
-        type=str,
-        default="resnet18",
-        doc="""torchvision classification model name, e.g. resnet50.""",
-        step_input="model_name",
-    ),
-    Parameter(
-        name="epochs",
-        type=int,
-        default=10,
-        doc="""training epochs.""",
-        step_input="epochs",
-    ),
-    Parameter(
-        name="batch_size",
-        type=int,
-        default=64,
-        doc="""batch size per process.""",
-        step_input="batch_size",
-    ),
-    Parameter(
-        name="lr",
-        type=float,
-        default=0.1,
-        doc="""base learning rate per 256 images (scaled by the global batch).""",
-        step_input="lr",
-    ),
-    Parameter(
-        name="label_smoothing",
-        type=float,
-        default=0.0,
-        doc="""label smoothing of the cross-entropy loss, at least 0 and below 1 (0: none).""",
-        rule=rules.fraction("e.g. 0.1; 0 for none", below_one=True),
-        step_input="label_smoothing",
-    ),
-    Parameter(
-        name="image_size",
-        type=int,
-        default=32,
-        doc="""input image size in pixels.""",
-        step_input="image_size",
-    ),
-    Parameter(
-        name="checkpoint_interval",
-        type=int,
-        default=200,
-        doc="""checkpoint every N steps (and at the end).""",
-        step_input="checkpoint_every_steps",
-    ),
+    *trainer_parameters(),
     Parameter(
         name="checkpoint_uri",
         type=str,
@@ -242,11 +228,11 @@ PARAMETERS = (
         default=[],
         doc="""more trainer flags, e.g. ["--augment", "none"] (python -m
             trainer.train --help lists them; the flags of the parameters above are refused).""",
-        rule=rules.trainer_args,
+        rule=lambda value: trainer_args_problem(value),  # defined below: it reads PARAMETERS
         step_input="trainer_args",
     ),
     Parameter(
-        name="train_overrides",
+        name="overrides_json",
         type=str,
         default="{}",
         doc="""JSON object of more launcher settings (shm_size, nccl_preset,
@@ -329,8 +315,6 @@ def step_parameters() -> dict[str, str]:
 def pipeline_flags() -> dict[str, str]:
     """{trainer flag the pipeline sets: why trainer_args may not}: the flags of parameters (the
     step's inputs that carry a trainer flag) and ``SET_BY_PIPELINE``."""
-    from components.launcher.step import trainer_flag_inputs
-
     by_input = step_parameters()
     owned = {
         flag: f"is the pipeline parameter {by_input[name]}; set -p {by_input[name]}=... instead"
@@ -348,3 +332,15 @@ def listing(storage: str, *, image: str) -> str:
         lines.append(f"{p.name} ({p.type.__name__}, {default})")
         lines += [f"    {line}" for line in p.doc.splitlines()]
     return "\n".join(lines)
+
+
+def trainer_args_problem(value: Any) -> str | None:
+    """A list of strings, none of them a flag the pipeline sets (``pipeline_flags``)."""
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        return 'must be a list of strings, e.g. ["--augment", "none"]'
+    owned = pipeline_flags()
+    for arg in value:
+        why = owned.get(arg.split("=", 1)[0])
+        if why:
+            return f"{arg.split('=', 1)[0]} {why}"
+    return None

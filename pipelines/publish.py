@@ -11,10 +11,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from components.s3_sync import sync
+from kfp_ddp.atomic_files import write_json_atomic
+
 
 def stage_files(model_path: str, report_path: str, evaluation: Any, folder: Path) -> list[str]:
     """Gather the model's files, ``eval.json`` and ``report.html`` into ``folder``."""
-    from kfp_ddp.atomic_files import write_json_atomic
 
     source = Path(model_path)
     folder.mkdir(parents=True, exist_ok=True)
@@ -43,7 +45,6 @@ def publish_model(
     endpoint_url: str | None = None,
 ) -> str:
     """Upload the model and its evaluation to ``publish_uri/<run_id>/``; returns that URI."""
-    from components.s3_sync import sync
 
     destination = f"{publish_uri.rstrip('/')}/{run_id}/"
     with tempfile.TemporaryDirectory(prefix="kfp-ddp-publish-") as tmp:

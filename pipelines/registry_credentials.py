@@ -164,12 +164,14 @@ def find_credentials(registry: str, repository: str) -> RegistryCredentials | No
         config = _read_config(path)
         if config is None:
             continue
-        auths = config.get("auths") if isinstance(config.get("auths"), dict) else {}
+        auths = config.get("auths")
+        auths = auths if isinstance(auths, dict) else {}
         entry = _matching_entry(auths, registry, repository)
         credentials = _from_entry(entry, str(path)) if entry is not None else None
         if credentials is not None:
             return credentials
-        helpers = config.get("credHelpers") if isinstance(config.get("credHelpers"), dict) else {}
+        helpers = config.get("credHelpers")
+        helpers = helpers if isinstance(helpers, dict) else {}
         helper = helpers.get(registry) or helpers.get(normalized_registry(registry))
         helper = helper or config.get("credsStore")
         if helper:

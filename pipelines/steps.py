@@ -20,7 +20,12 @@ from typing import NamedTuple
 
 from kfp.dsl import HTML, Dataset, Input, Model, Output
 
-from components.kfp_function import REQUIRED
+from components.kfp.function import REQUIRED, kfp_function, literal
+from pipelines.late_checks import check_baseline
+from pipelines.parameter_errors import ArgumentError
+from pipelines.parameters import COMPILE_TIME, PARAMETERS, function_inputs
+from pipelines.plan import checkpoint_base
+from pipelines.validation import check_arguments
 
 
 def run_argument_check(arguments: dict) -> str:
@@ -29,10 +34,6 @@ def run_argument_check(arguments: dict) -> str:
     Returns where the training keeps its checkpoints (and, with object-store storage, its
     model): checkpoint_uri, or its default.
     """
-    from pipelines.late_checks import check_baseline
-    from pipelines.parameter_errors import ArgumentError
-    from pipelines.training import checkpoint_base
-    from pipelines.validation import check_arguments
 
     try:
         check_arguments(arguments)
@@ -51,15 +52,12 @@ def _check_step():
     """``check_arguments_step``: a KFP function whose parameters are the pipeline's (declared
     once, in ``pipelines.parameters``) plus the compile-time choices; it calls
     ``run_argument_check`` with all of them."""
-    from components.kfp_function import kfp_function
-    from components.kfp_function import literal as _literal
-    from pipelines.parameters import COMPILE_TIME, PARAMETERS, function_inputs
 
     inputs = [
         dataclasses.replace(i, default=REQUIRED, doc="")
         for i in function_inputs(PARAMETERS, image="")
     ] + list(COMPILE_TIME)
-    given = "".join(f"        {_literal(i.name)}: {i.name},\n" for i in inputs)
+    given = "".join(f"        {literal(i.name)}: {i.name},\n" for i in inputs)
     return kfp_function(
         "check_arguments_step",
         inputs,
@@ -92,7 +90,7 @@ def stage_dataset_step(
     endpoint_url: str,
     workspace_path: str,
     dataset: Output[Dataset],
-) -> NamedTuple("Outputs", [("data_dir", str), ("digest", str)]):
+) -> NamedTuple("Outputs", [("data_dir", str), ("digest", str)]):  # type: ignore[valid-type]  # KFP's form
     """Sync data_uri into the workspace, check its train/ and val/ splits, freeze it by digest.
 
     The mirror is data/<source key>/mirror under workspace_path (one folder per source, so runs
@@ -110,6 +108,7 @@ def stage_dataset_step(
         digest: the digest of the source listing (keys, sizes, ETags): the training step's
             caching key.
     """
+    # KFP runs this function's body alone, in the image: its imports are inside it.
     from collections import namedtuple
 
     from pipelines.dataset import stage_dataset
@@ -117,15 +116,15 @@ def stage_dataset_step(
     staged = stage_dataset(data_uri, workspace_path, endpoint_url=endpoint_url or None)
     dataset.metadata.update(staged.metadata())
     print(f"data: {staged.summary()}")
-    outputs = namedtuple("Outputs", ["data_dir", "digest"])
-    return outputs(str(staged.snapshot), staged.digest)
+    Outputs = namedtuple("Outputs", ["data_dir", "digest"])
+    return Outputs(str(staged.snapshot), staged.digest)
 
 
 def list_dataset_step(
     data_uri: str,
     endpoint_url: str,
     dataset: Output[Dataset],
-) -> NamedTuple("Outputs", [("digest", str), ("size_bytes", int)]):
+) -> NamedTuple("Outputs", [("digest", str), ("size_bytes", int)]):  # type: ignore[valid-type]  # KFP's form
     """List data_uri in S3 and check its train/ and val/ splits; nothing is downloaded.
 
     Every training node stages the data itself (object-store storage); the digest is the
@@ -141,6 +140,7 @@ def list_dataset_step(
         digest: the digest of the listing (keys, sizes, ETags).
         size_bytes: the data set's size: every node's staging volume is sized from it.
     """
+    # KFP runs this function's body alone, in the image: its imports are inside it.
     from collections import namedtuple
 
     from pipelines.dataset import inspect_dataset
@@ -148,7 +148,8 @@ def list_dataset_step(
     listed = inspect_dataset(data_uri, endpoint_url=endpoint_url or None)
     dataset.metadata.update(listed.metadata())
     print(f"data: {listed.summary()}")
-    return namedtuple("Outputs", ["digest", "size_bytes"])(listed.digest, listed.bytes_total)
+    Outputs = namedtuple("Outputs", ["digest", "size_bytes"])
+    return Outputs(listed.digest, listed.bytes_total)
 
 
 def publish_model_step(
@@ -174,6 +175,7 @@ def publish_model_step(
     Returns:
         Output: the destination, publish_uri/<run id>/.
     """
+    # KFP runs this function's body alone, in the image: its imports are inside it.
     from pipelines.publish import publish_model
 
     return publish_model(

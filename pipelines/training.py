@@ -21,7 +21,7 @@ Two storage modes, a compile-time choice (``kfp-ddp compile --storage``):
 
 The first step checks every argument (``pipelines.validation``), so a run started from the UI
 with a bad value fails in seconds, before any data moves or any GPU starts. The training step
-launches a Kubeflow Trainer v2 TrainJob or a Training Operator v1 PyTorchJob (``job_api``:
+launches a Kubeflow Trainer v2 TrainJob or a Training Operator v1 PyTorchJob (``api``:
 ``auto`` picks whichever the cluster serves); its inputs come from ``training_step_inputs`` — the
 one mapping from pipeline parameters to the step, which ``kfp-ddp render`` calls too, so render
 prints what the step would submit.
@@ -40,7 +40,7 @@ Secret name (``use_secret_as_env``): they compile to ``pvcNameParameter`` /
 ``secretNameParameter``, which the KFP backend resolves at run time. The mount path must be a
 compile-time string (``WORKSPACE_MOUNT_PATH``).
 
-Credentials. S3 keys come from a Kubernetes Secret (``credentials_secret``, keys
+Credentials. S3 keys come from a Kubernetes Secret (``s3_credentials_secret``, keys
 ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``) attached as environment variables with
 kfp-kubernetes; they are never parameters and never in the compiled YAML. ``kfp.local`` ignores
 kfp-kubernetes settings, so local runs take them from the caller's environment.
@@ -48,21 +48,33 @@ kfp-kubernetes settings, so local runs take them from the caller's environment.
 
 # No `from __future__ import annotations`: KFP reads the artifact types from real annotations.
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from kfp import dsl
 
 from components import DEFAULT_IMAGE
+from components.kfp.evaluate import make_evaluate_op
+from components.kfp.factory import make_component
+from components.kfp.function import docstring
+from components.kfp.launcher import make_cleanup_op, make_training_job_op
+from components.kfp.s3_sync import use_s3_credentials
+from pipelines.parameters import PARAMETERS, declared, function_inputs, signature
+from pipelines.plan import (
+    DEFAULT_STORAGE,
+    WORKSPACE_MOUNT_PATH,
+    check_build_options,
+    cluster_settings_json,
+    training_step_inputs,
+)
+from pipelines.steps import (
+    check_arguments_step,
+    list_dataset_step,
+    publish_model_step,
+    stage_dataset_step,
+)
 
 PIPELINE_NAME = "kfp-ddp-training"
-WORKSPACE_MOUNT_PATH = "/workspace"
-"""Where the workspace PVC is mounted in every step (compile time: kfp-kubernetes wants a str)."""
-BACKENDS = ("kubernetes", "local")
-STORAGE_MODES = ("object-store", "shared-volume")
-DEFAULT_STORAGE = "object-store"
-"""No claim at all: what runs on any cluster (RWO-only storage classes included)."""
 STEP_REQUESTS = {
     "check": ("100m", "256Mi"),
     "data": ("500m", "1Gi"),
@@ -87,116 +99,6 @@ DESCRIPTIONS = {
         "passes the gate."
     ),
 }
-
-
-def training_step_inputs(
-    arguments: Mapping[str, Any],
-    *,
-    data_digest: Any,
-    checkpoint_uri: Any,
-    data_dir: Any = "",
-    pvc_name: Any = "",
-    data_bytes: Any = 0,
-) -> dict[str, Any]:
-    """The training component's inputs for the pipeline's ``arguments``.
-
-    Called by the pipeline at compile time (the values are KFP channels: the f-strings become
-    placeholders KFP resolves at run time) and by ``kfp-ddp render`` and the argument check with
-    plain values, so all of them hand the step the very same inputs. ``data_dir`` and
-    ``pvc_name`` are the shared-volume storage's (the frozen data folder, the claim); with
-    object-store storage every node stages ``data_uri`` itself and writes on its own disk.
-    """
-    from pipelines.parameters import step_parameters
-
-    a = arguments
-    workspace_path = a["workspace_path"]
-    shared = a.get("storage", DEFAULT_STORAGE) == "shared-volume"
-    # Every parameter that sets a step input as it is (the declarations say which)...
-    inputs = {name: a[parameter] for name, parameter in step_parameters().items()}
-    # ...and what the pipeline derives from its storage, its steps and its compile-time choices.
-    return inputs | {
-        "name": "",
-        "data_dir": data_dir if shared else "",
-        "output_dir": f"{workspace_path}/train" if shared else "",
-        "data_uri": "" if shared else a["data_uri"],
-        "checkpoint_uri": checkpoint_uri,
-        "backend": a["backend"],
-        "pvc_name": pvc_name if shared else "",
-        "pvc_mount_path": workspace_path if shared else "",
-        "data_digest": data_digest,
-        "data_bytes": 0 if shared else data_bytes,
-        "cluster_settings_json": a.get("cluster_settings", ""),
-    }
-
-
-def checkpoint_base(arguments: Mapping[str, Any]) -> str:
-    """Where the training keeps what outlives its pods: ``checkpoint_uri``, or without one
-    ``<publish_uri>/training`` for object-store storage ('' — no mirror — for shared-volume)."""
-    given = str(arguments.get("checkpoint_uri") or "")
-    if given or arguments.get("storage", DEFAULT_STORAGE) == "shared-volume":
-        return given
-    return f"{str(arguments['publish_uri']).rstrip('/')}/training"
-
-
-def staged_data_dir(arguments: Mapping[str, Any], digest: str) -> str:
-    """Where the data step freezes ``arguments``' data of ``digest`` (render's view of it;
-    '' with object-store storage, where each node stages it)."""
-    from pipelines.dataset import snapshot_path
-
-    if arguments.get("storage", DEFAULT_STORAGE) != "shared-volume":
-        return ""
-    return str(
-        snapshot_path(
-            arguments["workspace_path"],
-            arguments["data_uri"],
-            arguments.get("s3_endpoint") or None,
-            digest,
-        )
-    )
-
-
-def planned_step_inputs(
-    arguments: Mapping[str, Any], data_digest: str, data_bytes: int = 0
-) -> dict[str, Any]:
-    """The training step's inputs from plain values, for a data step that found ``data_digest``
-    and ``data_bytes`` (``kfp-ddp render`` and the argument check: what the pipeline would hand
-    the step)."""
-    return training_step_inputs(
-        arguments,
-        data_dir=staged_data_dir(arguments, data_digest),
-        data_digest=data_digest,
-        pvc_name=arguments.get("workspace_pvc", ""),
-        checkpoint_uri=checkpoint_base(arguments),
-        data_bytes=data_bytes,
-    )
-
-
-def cluster_settings_json(settings: Mapping[str, Any] | None) -> str:
-    """The compile-time node-access settings as the training step's ``cluster_settings_json``
-    (checked: TrainSpec fields only)."""
-    from components.launcher.spec import TrainSpec
-
-    settings = dict(settings or {})
-    unknown = sorted(set(settings) - set(TrainSpec.field_names()))
-    if unknown:
-        raise ValueError(
-            f"cluster_settings: unknown TrainSpec field(s) {unknown}; e.g. "
-            '{"pod_security": "privileged", "stage_cache_host_path": "/mnt/kfp-ddp-cache"}'
-        )
-    return json.dumps(settings, sort_keys=True) if settings else ""
-
-
-def _check_build_options(backend: str, storage: str, workspace_size: str | None) -> None:
-    """The compile-time choices go together (raises ValueError naming the one that does not)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r}: use one of {', '.join(BACKENDS)}")
-    if storage not in STORAGE_MODES:
-        raise ValueError(f"storage={storage!r}: use one of {', '.join(STORAGE_MODES)}")
-    if workspace_size is not None and storage != "shared-volume":
-        raise ValueError(
-            f"workspace_size={workspace_size!r} creates a claim: storage={storage!r} uses none "
-            "(pass storage='shared-volume', or leave workspace_size out)"
-        )
 
 
 def build_training_pipeline(
@@ -233,22 +135,11 @@ def build_training_pipeline(
             never a UI parameter: those that open the node (``pod_security``,
             ``capabilities``, ``host_network``, ``stage_cache_host_path``) and any other, e.g.
             ``{"pod_security": "privileged", "stage_cache_host_path": "/mnt/kfp-ddp-cache"}``
-            for a node-local data cache. ``train_overrides`` may not set the node-access ones.
+            for a node-local data cache. ``overrides_json`` may not set the node-access ones.
     """
     from kfp import kubernetes
 
-    from components.evaluate.component import make_evaluate_op
-    from components.kfp_component import make_component
-    from components.launcher.component import make_cleanup_op, make_training_job_op
-    from components.s3_sync.component import use_s3_credentials
-    from pipelines.steps import (
-        check_arguments_step,
-        list_dataset_step,
-        publish_model_step,
-        stage_dataset_step,
-    )
-
-    _check_build_options(backend, storage, workspace_size)
+    check_build_options(backend, storage, workspace_size)
     settings = cluster_settings_json(cluster_settings)
     shared = storage == "shared-volume"
     check_op = make_component(check_arguments_step, image=image)
@@ -275,7 +166,7 @@ def build_training_pipeline(
             return kubernetes.mount_pvc(task, pvc_name=pvc_name, mount_path=WORKSPACE_MOUNT_PATH)
 
         def with_s3(task: dsl.PipelineTask) -> dsl.PipelineTask:
-            return use_s3_credentials(task, a["credentials_secret"])
+            return use_s3_credentials(task, a["s3_credentials_secret"])
 
         check = requesting(check_op(**a).set_display_name("check the arguments"), "check")
         with_s3(check)  # it reads an s3:// baseline_uri as the evaluation will
@@ -394,8 +285,6 @@ def declared_pipeline(
     docstring of the parameters declared for ``storage`` (``pipelines.parameters``); the
     parameters of another storage mode keep their defaults, as compile-time constants, so the UI
     offers no parameter that does nothing."""
-    from components.kfp_function import docstring
-    from pipelines.parameters import PARAMETERS, declared, function_inputs, signature
 
     offered = declared(storage)
     fixed = {p.name: p.default_for(image) for p in PARAMETERS if p not in offered}
@@ -414,13 +303,4 @@ def declared_pipeline(
     return training_pipeline
 
 
-__all__ = [
-    "PIPELINE_NAME",
-    "WORKSPACE_MOUNT_PATH",
-    "build_training_pipeline",
-    "STORAGE_MODES",
-    "checkpoint_base",
-    "planned_step_inputs",
-    "staged_data_dir",
-    "training_step_inputs",
-]
+__all__ = ["PIPELINE_NAME", "build_training_pipeline"]

@@ -7,7 +7,7 @@ started from the Kubeflow UI fails in seconds instead of after a data sync and t
 a GPU job. In order:
 
 1. each parameter's own rule (``pipelines.parameters``);
-2. what concerns two of them (outputs inside the data), and ``train_overrides``: a JSON object
+2. what concerns two of them (outputs inside the data), and ``overrides_json``: a JSON object
    of launcher settings that no parameter sets (a parameter's setting is refused naming it; the
    trainer's arguments are never replaced);
 3. the parts' own checks on what the training step would run — the trainer's check of each
@@ -23,7 +23,21 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from components.launcher import SpecError
+from components.launcher.step import (
+    StepOverrides,
+    TrainingStepInputs,
+    spec_field_input,
+    trainer_args_for,
+    trainer_flag_inputs,
+    training_spec,
+)
+from pipelines.late_checks import configuration_problems
 from pipelines.parameter_errors import ArgumentError, ParameterError
+from pipelines.parameters import PARAMETERS, step_parameters
+from pipelines.plan import planned_step_inputs
+from trainer.errors import ConfigError
+from trainer.flags import check_flags
 
 __all__ = ["ArgumentError", "ParameterError", "check_arguments"]
 
@@ -31,7 +45,6 @@ __all__ = ["ArgumentError", "ParameterError", "check_arguments"]
 def check_arguments(arguments: Mapping[str, Any]) -> None:
     """Raise ArgumentError listing every problem of ``arguments`` (the pipeline's, all given),
     each parameter named once."""
-    from pipelines.late_checks import configuration_problems
 
     errors = list(_rules(arguments)) + list(_inside_the_data(arguments))
     errors += _overrides(arguments)
@@ -45,7 +58,6 @@ def check_arguments(arguments: Mapping[str, Any]) -> None:
 
 
 def _rules(a: Mapping[str, Any]) -> Iterator[ParameterError]:
-    from pipelines.parameters import PARAMETERS
 
     for parameter in PARAMETERS:
         if parameter.rule is None or parameter.name not in a:
@@ -72,16 +84,13 @@ def _inside_the_data(a: Mapping[str, Any]) -> Iterator[ParameterError]:
 
 
 def _overrides(a: Mapping[str, Any]) -> list[ParameterError]:
-    """``train_overrides``: settings no parameter has; never the trainer's arguments."""
-    from components.launcher import SpecError
-    from components.launcher.step import StepOverrides, spec_field_input
-    from pipelines.parameters import step_parameters
+    """``overrides_json``: settings no parameter has; never the trainer's arguments."""
 
-    text = a.get("train_overrides", "")
+    text = a.get("overrides_json", "")
     try:
         keys = StepOverrides.parse(text).spec_fields
     except SpecError as exc:
-        return [ParameterError("train_overrides", text, str(exc))]
+        return [ParameterError("overrides_json", text, str(exc))]
     by_input = step_parameters()
     errors = []
     for key in keys:
@@ -101,23 +110,13 @@ def _overrides(a: Mapping[str, Any]) -> list[ParameterError]:
             )
         else:
             continue
-        errors.append(ParameterError("train_overrides", text, fix))
+        errors.append(ParameterError("overrides_json", text, fix))
     return errors
 
 
 def _training_job(a: Mapping[str, Any], *, alone: bool) -> list[ParameterError]:
     """The launcher's and the trainer's own checks on what the training step would run
     (``alone``: the launcher's only; the trainer's flags of the parameters failed already)."""
-    from components.launcher import SpecError
-    from components.launcher.step import (
-        StepOverrides,
-        TrainingStepInputs,
-        trainer_args_for,
-        training_spec,
-    )
-    from pipelines.training import planned_step_inputs
-    from trainer.errors import ConfigError
-    from trainer.train import check_flags
 
     try:
         inputs = TrainingStepInputs(**planned_step_inputs(a, "DIGEST"))
@@ -138,9 +137,7 @@ def _training_job(a: Mapping[str, Any], *, alone: bool) -> list[ParameterError]:
 
 def _spec_error(exc: Exception, a: Mapping[str, Any]) -> ParameterError:
     """The launcher's refusal, named after the parameter that set its field (a field no
-    parameter sets came from train_overrides)."""
-    from components.launcher.step import spec_field_input
-    from pipelines.parameters import step_parameters
+    parameter sets came from overrides_json)."""
 
     field = getattr(exc, "field", None)
     source = spec_field_input(field) if field else None
@@ -150,17 +147,13 @@ def _spec_error(exc: Exception, a: Mapping[str, Any]) -> ParameterError:
     elif source == "checkpoint_uri":  # given, or publish_uri's default
         parameter = "checkpoint_uri" if a.get("checkpoint_uri") else "publish_uri"
     if parameter is None:
-        parameter = "train_overrides"
+        parameter = "overrides_json"
     return ParameterError(parameter, a.get(parameter), str(exc))
 
 
 def _trainer_flag_errors(a: Mapping[str, Any]) -> list[ParameterError]:
     """The trainer's own check of each parameter's flag alone (so that each names its
     parameter)."""
-    from components.launcher.step import trainer_flag_inputs
-    from pipelines.parameters import step_parameters
-    from trainer.errors import ConfigError
-    from trainer.train import check_flags
 
     by_input = step_parameters()
     errors = []
@@ -176,7 +169,6 @@ def _trainer_flag_errors(a: Mapping[str, Any]) -> list[ParameterError]:
 
 
 def _bound_to_either(spec: Any) -> None:
-    from components.launcher import SpecError
 
     errors = []
     for api in ("trainjob", "pytorchjob"):

@@ -18,7 +18,7 @@ import yaml
 
 from components import DEFAULT_IMAGE
 from pipelines.cli import main
-from pipelines.training import STORAGE_MODES
+from pipelines.plan import STORAGE_MODES
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -94,7 +94,7 @@ def _synthetic_data(cfg: TrainConfig, env: DistEnv, device: torch.device) -> Dat
         rank=env.rank,
         seed=cfg.seed,
         device=device,
-        channels_last=cfg.channels_last,
+        channels_last=bool(cfg.channels_last),
     )
     class_names = [f"class_{i}" for i in range(cfg.num_classes)]
     # Synthetic tensors are already centred: the exported model normalises nothing.
@@ -175,7 +175,7 @@ def build_parts(
 ) -> TrainingParts:
     """A fresh model (seeded by the caller), its optimizer, LR schedule and gradient scaler."""
     memory_format = torch.channels_last if cfg.channels_last else torch.preserve_format
-    model = build_model(cfg.model, num_classes).to(device, memory_format=memory_format)
+    model = build_model(cfg.model, num_classes).to(device, memory_format=memory_format)  # type: ignore[call-overload]  # Module.to takes memory_format; its stubs omit it
     _check_input_size(model, cfg, device)
     optimizer = _build_optimizer(cfg, model, plan.global_batch, device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -213,11 +213,12 @@ def _build_optimizer(
     cfg: TrainConfig, model: torch.nn.Module, global_batch: int, device: torch.device
 ) -> torch.optim.Optimizer:
     lr = cfg.base_lr * global_batch / 256
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for param in model.parameters():
         # Biases and normalisation scales are 1-D; weight decay on them only hurts.
         (no_decay if param.ndim <= 1 else decay).append(param)
-    groups = [
+    groups: list[dict[str, Any]] = [
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
@@ -255,5 +256,8 @@ def wrap_model(cfg: TrainConfig, parts: TrainingParts, env: DistEnv, device: tor
             }
             ddp.register_comm_hook(None, hooks[cfg.grad_compression])
         ddp_model = ddp
-    parts.train_model = torch.compile(ddp_model) if cfg.compile else ddp_model
+    # torch.compile of a Module is a Module (OptimizedModule); its stub says any callable.
+    parts.train_model = (
+        cast(torch.nn.Module, torch.compile(ddp_model)) if cfg.compile else ddp_model
+    )
     parts.model.train()

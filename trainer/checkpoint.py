@@ -19,7 +19,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
@@ -84,7 +84,10 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], *, keep: int) 
     fsync_dir(root)
     try:
         written = _HashingWriter()
-        write_atomic(folder / STATE_FILE, lambda handle: torch.save(state, written.to(handle)))
+        write_atomic(
+            folder / STATE_FILE,
+            lambda handle: torch.save(state, cast(IO[bytes], written.to(handle))),
+        )
         write_json_atomic(
             folder / MARKER_FILE,
             {

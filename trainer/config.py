@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from kfp_ddp import field_docs as docstrings
 from kfp_ddp.s3_uri import s3_uri_problem
 from trainer.errors import ConfigError
 
@@ -207,8 +208,13 @@ class TrainConfig:
         return self.metrics_job or self.output_dir.resolve().name
 
     @property
+    def checkpoint_folder(self) -> Path:
+        """--checkpoint-dir, or its default: output_dir/checkpoints."""
+        return Path(self.checkpoint_dir or Path(self.output_dir) / "checkpoints")
+
+    @property
     def base_lr(self) -> float:
-        return float(self.lr)  # type: ignore[arg-type]
+        return float(self.lr if self.lr is not None else DEFAULT_LR[self.optimizer])
 
     def warmup_for(self, *, global_batch: int, steps_per_epoch: int, total_steps: int) -> int:
         """The warm-up steps of this run: --warmup-steps, or the default rule (see its doc)."""
@@ -313,6 +319,8 @@ def _check_progress_reports(cfg: TrainConfig) -> None:
 
 
 def _check_model_and_paths(cfg: TrainConfig) -> None:
+    # Here, not at the top: torchvision (~2 s) to check --model only; the pipeline's checks and
+    # the launcher read this module without it.
     from trainer.models import classification_models
 
     if cfg.model not in classification_models():
@@ -534,6 +542,5 @@ def field_defaults() -> dict[str, Any]:
 
 def field_docs() -> dict[str, str]:
     """The attribute docstrings of :class:`TrainConfig` (used as ``--help`` text)."""
-    from kfp_ddp.field_docs import field_docs as docs_of
 
-    return docs_of(TrainConfig)
+    return docstrings.field_docs(TrainConfig)

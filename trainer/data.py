@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 import torch
 from PIL import Image, UnidentifiedImageError
@@ -140,8 +141,9 @@ def shard_batches(
     num_items: int, batch_size: int, rank: int, world_size: int, seed: int, epoch: int
 ) -> list[list[int]]:
     """This rank's full batches of one epoch (DistributedSampler order, last partial dropped)."""
-    sampler = torch.utils.data.DistributedSampler(
-        range(num_items), num_replicas=world_size, rank=rank, shuffle=True, seed=seed
+    items = cast(torch.utils.data.Dataset, range(num_items))  # a sized sequence is all it reads
+    sampler: torch.utils.data.DistributedSampler = torch.utils.data.DistributedSampler(
+        items, num_replicas=world_size, rank=rank, shuffle=True, seed=seed
     )
     sampler.set_epoch(epoch)
     order = list(sampler)

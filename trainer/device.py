@@ -132,10 +132,11 @@ def settle_for_device(config: TrainConfig, device: torch.device, env: DistEnv) -
             "Use --grad-compression fp16 or none"
         )
     cuda = device.type == "cuda"
-    defaults = {
-        name: cuda for name in ("channels_last", "compile") if getattr(config, name) is None
-    }
-    return dataclasses.replace(config, **defaults) if defaults else config
+    return dataclasses.replace(
+        config,
+        channels_last=cuda if config.channels_last is None else config.channels_last,
+        compile=cuda if config.compile is None else config.compile,
+    )
 
 
 def configure_backends(config: TrainConfig, device: torch.device, env: DistEnv) -> None:

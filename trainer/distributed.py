@@ -22,6 +22,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -230,7 +231,7 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self._previous = None
+        self._previous: Any = None  # the SIGTERM handler this one replaced
 
     def install(self) -> None:
         import threading

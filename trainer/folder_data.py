@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -62,16 +63,17 @@ def resolve_decode(setting: str, device: torch.device) -> tuple[str, str | None]
 
 def build_folder_data(cfg: TrainConfig, env: DistEnv, device: torch.device, group) -> FolderData:
     """This rank's train/val batches of ``cfg.data_dir`` (raises DataError for bad data)."""
+    assert cfg.data_dir is not None, "a --synthetic run builds no folder data"
     splits = shared_splits(
-        cfg.data_dir,  # type: ignore[arg-type]
+        cfg.data_dir,
         val_fraction=cfg.val_fraction,
         seed=cfg.seed,
         group=group,
         is_main=env.is_main,
     )
     train, val = splits.train, splits.val
-    normalize = Normalizer(IMAGENET_MEAN, IMAGENET_STD, device, cfg.channels_last)
-    common = dict(
+    normalize = Normalizer(IMAGENET_MEAN, IMAGENET_STD, device, bool(cfg.channels_last))
+    common: dict[str, Any] = dict(
         image_size=cfg.image_size,
         augment=cfg.augment,
         batch_size=cfg.batch_size,
@@ -83,7 +85,7 @@ def build_folder_data(cfg: TrainConfig, env: DistEnv, device: torch.device, grou
     sizes = f"{len(train)} train / {len(val)} val images, {len(splits.class_names)} classes"
     size = estimated_cache_bytes(len(train) + len(val), cfg.image_size)
     if cfg.cache_images == "always" or (cfg.cache_images == "auto" and size <= CACHE_LIMIT_BYTES):
-        data = CachedImages(train, val, **common)
+        data: CachedImages | StreamedImages = CachedImages(train, val, **common)
         return FolderData(
             data=data, class_names=splits.class_names, description=f"{sizes}, cached in memory"
         )

@@ -29,6 +29,7 @@ from PIL import Image, UnidentifiedImageError
 
 from trainer.errors import DataError
 from trainer.randomness import SampleAugmentation
+from trainer.tv_compat import import_torchvision
 
 GPU_COLOUR_MODES = ("RGB", "L")
 """JPEG colour modes handed to nvJPEG as they are (decoded to RGB there, as PIL's convert does)."""
@@ -133,8 +134,6 @@ def gpu_decode_problem(device: torch.device) -> str | None:
     if device.type != "cuda":
         return f"the training device is {device}, not a CUDA GPU"
     try:
-        from trainer.tv_compat import import_torchvision
-
         import_torchvision()
         from torchvision.io import ImageReadMode, decode_jpeg
 
@@ -151,7 +150,6 @@ class GpuJpegDecoder:
     """:class:`EncodedBatch` → uint8 NCHW ``image_size``² batch on ``device``."""
 
     def __init__(self, device: torch.device, image_size: int):
-        from trainer.tv_compat import import_torchvision
 
         import_torchvision()
         from torchvision.io import ImageReadMode, decode_jpeg

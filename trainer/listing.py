@@ -25,10 +25,12 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from trainer.errors import DataError
+from trainer.randomness import derive_seed  # imports torch, which trainer.prepare needs not
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
 
@@ -175,7 +177,6 @@ def split_train_val(
     listing: ImageListing, fraction: float, seed: int
 ) -> tuple[ImageListing, ImageListing]:
     """Seeded, per-class split of ``listing`` into train and validation (at least one of each)."""
-    from trainer.randomness import derive_seed  # imports torch, which trainer.prepare needs not
 
     by_class: dict[int, list[int]] = {}
     for index, label in enumerate(listing.labels.tolist()):
@@ -219,7 +220,7 @@ def load_splits(data_dir: Path, *, val_fraction: float, seed: int) -> Splits:
 # ------------------------------------------------------------------------------ sharing by rank 0
 def encode_splits(splits: Splits | None, error: str | None = None) -> bytes:
     """One byte blob of both listings (or of the error rank 0 met); NumPy ``.npz``, no pickle."""
-    header = {"error": error}
+    header: dict[str, Any] = {"error": error}
     arrays: dict[str, np.ndarray] = {}
     if splits is not None:
         header |= {
@@ -235,7 +236,7 @@ def encode_splits(splits: Splits | None, error: str | None = None) -> bytes:
             }
     arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]  # numpy types **arrays as the allow_pickle flag
     return buffer.getvalue()
 
 

@@ -35,6 +35,7 @@ from trainer.data import (
     shard_batches,
     steps_per_epoch,
 )
+from trainer.distributed import available_cpus
 from trainer.gpu_decode import (
     DecodedJpegs,
     GpuJpegDecoder,
@@ -139,8 +140,6 @@ def default_num_workers(device: torch.device, local_processes: int, cpus: int | 
     if device.type != "cuda":
         return 0
     if cpus is None:
-        from trainer.distributed import available_cpus
-
         cpus = available_cpus()
     return max(2, cpus // max(1, local_processes) - 1)
 
@@ -325,7 +324,7 @@ class StreamedImages:
         self.decode = decode
         self.val_batch_size = val_batch_size or 2 * batch_size
         self.sampler = EpochBatchSampler(len(train), batch_size, rank, world_size, seed)
-        sample_options = dict(image_size=image_size, augment=augment, seed=seed)
+        sample_options: dict[str, Any] = dict(image_size=image_size, augment=augment, seed=seed)
         source = EncodedImages if decode == "gpu" else DecodedImages
         options: dict[str, Any] = {"num_workers": num_workers, "pin_memory": device.type == "cuda"}
         if decode == "gpu":
@@ -354,6 +353,7 @@ class StreamedImages:
         self.normalize = normalize
         self.steps_per_epoch = steps_per_epoch(len(train), batch_size, world_size)
         finish = _Finish(normalize)
+        stages: list[Callable[[Any], Any]]
         if decode == "gpu":
             decoder = GpuJpegDecoder(device, image_size)
             stages = [decoder.decode, _Cropped(decoder, finish)]

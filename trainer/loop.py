@@ -49,6 +49,7 @@ from trainer.resume import check_compatible, load_resume_state, restore
 from trainer.run_log import RunLog
 from trainer.summary import SUMMARY_FILE, outputs_written_at, run_summary
 from trainer.tensorboard_log import NO_TENSORBOARD, NoTensorBoard, tensorboard_log
+from trainer.trainjob_status import status_reporter
 from trainer.validation import Validator, replicas_in_sync
 
 if TYPE_CHECKING:  # imported only when used: with --checkpoint-uri (the S3 sync), or reports
@@ -80,7 +81,7 @@ class Trainer:
         self.precision = Precision.resolve(config.precision, device)
         self.log = RunLog(self.output_dir, is_main=env.is_main)
         self.checkpointer = Checkpointer(
-            Path(config.checkpoint_dir),  # type: ignore[arg-type]
+            config.checkpoint_folder,
             keep=config.keep_checkpoints,
             is_writer=env.is_main,
             log=self.log,
@@ -88,7 +89,7 @@ class Trainer:
         )
         self.durability = CheckpointDurability(
             self.checkpointer,
-            checkpoint_dir=Path(config.checkpoint_dir),  # type: ignore[arg-type]
+            checkpoint_dir=config.checkpoint_folder,
             checkpoint_uri=config.checkpoint_uri,
             upload_timeout_s=config.checkpoint_upload_timeout_s,
             group=control_group,
@@ -174,13 +175,14 @@ class Trainer:
         """Continue from the newest complete checkpoint (local or in S3), if there is one."""
         remote = self._remote_checkpoints()
         saved = load_resume_state(
-            Path(self.cfg.checkpoint_dir),  # type: ignore[arg-type]
+            self.cfg.checkpoint_folder,
             self.env,
             self.group,
             self.log,
             remote,
         )
         if remote is not None:
+            # The S3 modules (boto3, ~0.3 s) are imported by the runs that use S3, here and below.
             from trainer.s3_mirror import CheckpointMirror
 
             self.mirror = CheckpointMirror(remote, keep=self.cfg.keep_checkpoints, log=self.log)
@@ -198,11 +200,11 @@ class Trainer:
         """Rank 0's view of --checkpoint-uri (None without the flag, and on other ranks)."""
         if not (self.cfg.checkpoint_uri and self.env.is_main):
             return None
-        from trainer.remote_checkpoints import RemoteCheckpoints
+        from trainer.remote_checkpoints import RemoteCheckpoints  # S3: see resume
 
         return RemoteCheckpoints(
             self.cfg.checkpoint_uri,
-            Path(self.cfg.checkpoint_dir),  # type: ignore[arg-type]
+            self.cfg.checkpoint_folder,
             patience_s=self.cfg.checkpoint_upload_timeout_s,
         )
 
@@ -274,8 +276,6 @@ class Trainer:
         interval = self.cfg.progress_report_interval_s
         if not (self.env.is_main and interval and self.environ.get(STATUS_URL_VARIABLE)):
             return None
-        from trainer.trainjob_status import status_reporter
-
         return status_reporter(
             self.environ,
             interval_s=interval,
@@ -287,9 +287,11 @@ class Trainer:
     def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """One optimizer step on one batch; the batch's loss (detached, on the device)."""
         parts, cfg = self.parts, self.cfg
+        model = parts.train_model
+        assert model is not None, "wrap_model() sets the model to train before the first step"
         self._reseed()
         with self.precision.autocast(self.device):
-            loss = parts.criterion(parts.train_model(images), labels)  # type: ignore[misc]
+            loss = parts.criterion(model(images), labels)
         parts.optimizer.zero_grad(set_to_none=True)
         parts.scaler.scale(loss).backward()
         if cfg.grad_clip_norm is not None:
@@ -310,7 +312,7 @@ class Trainer:
         state = self.state
         now = time.perf_counter()
         waited, state.mark = now - state.mark, now
-        state.window.data_wait_s += waited  # type: ignore[union-attr]
+        state.open_window.data_wait_s += waited
         self.metrics.batch_ready(waited)
 
     def after_step(self, loss: torch.Tensor) -> None:
@@ -318,10 +320,10 @@ class Trainer:
         state, plan, cfg = self.state, self.plan, self.cfg
         state.step += 1
         state.position += 1
-        state.window.add(loss)  # type: ignore[union-attr]
+        state.open_window.add(loss)
         now = time.perf_counter()
         computed, state.mark = now - state.mark, now
-        state.window.compute_s += computed  # type: ignore[union-attr]
+        state.open_window.compute_s += computed
         self.metrics.step_done(
             step=state.step, epoch=state.epoch, images=cfg.batch_size, compute_s=computed
         )
@@ -527,7 +529,7 @@ class Trainer:
         """With --output-uri: the outputs to S3, summary.json last (rank 0)."""
         if not self.cfg.output_uri:
             return
-        from trainer.output_upload import upload_outputs
+        from trainer.output_upload import upload_outputs  # S3: see resume
 
         started = time.perf_counter()
         sent = upload_outputs(self.output_dir, self.cfg.output_uri)

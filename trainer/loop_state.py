@@ -66,3 +66,10 @@ class LoopState:
     window: LogWindow | None = None
     mark: float = 0.0
     """perf_counter() at the last step boundary: what splits a step into data wait and compute."""
+
+    @property
+    def open_window(self) -> LogWindow:
+        """The log window the steps count into (the loop opens it before the first step)."""
+        if self.window is None:
+            raise RuntimeError("the log window is opened when the training loop starts")
+        return self.window

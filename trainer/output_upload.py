@@ -17,6 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from components.s3_sync import S3SyncError, sync
 from trainer.errors import StorageError
 
 OUTPUT_FILES = ("model/weights.pt", "model/model.json", "metrics.jsonl")
@@ -27,7 +28,6 @@ LAST = "summary.json"
 
 def upload_outputs(output_dir: Path, uri: str) -> int:
     """Upload ``output_dir``'s outputs to ``uri``; returns the files sent. Raises StorageError."""
-    from components.s3_sync import S3SyncError, sync
 
     destination = uri.rstrip("/") + "/"
     with tempfile.TemporaryDirectory(dir=output_dir, prefix=".upload-") as tmp:

@@ -32,6 +32,7 @@ from pathlib import Path
 from PIL import Image, UnidentifiedImageError
 
 from kfp_ddp.atomic_files import write_atomic, write_json_atomic
+from trainer.distributed import available_cpus
 from trainer.errors import EXIT_CONFIG, EXIT_DATA, EXIT_OK, ConfigError
 from trainer.listing import IMAGE_EXTENSIONS
 
@@ -159,9 +160,8 @@ def _reencoded(source: Path, short_side: int, quality: int) -> bytes | None:
         size = (max(1, round(width * scale)), max(1, round(height * scale)))
         # Let libjpeg decode at 1/2, 1/4 or 1/8 scale where that still leaves >= size pixels.
         image.draft(image.mode if image.mode in ("RGB", "L") else "RGB", size)
-        if image.mode not in ("RGB", "L"):
-            image = image.convert("RGB")
-        resized = image.resize(size, Image.Resampling.BICUBIC)
+        rgb = image if image.mode in ("RGB", "L") else image.convert("RGB")
+        resized = rgb.resize(size, Image.Resampling.BICUBIC)
     buffer = io.BytesIO()
     resized.save(buffer, format="JPEG", quality=quality)
     return buffer.getvalue()
@@ -233,7 +233,6 @@ def prepare(options: PrepareOptions, progress=None) -> PrepareReport:
 
 
 def _default_workers() -> int:
-    from trainer.distributed import available_cpus
 
     return available_cpus()
 

@@ -19,6 +19,7 @@ from trainer.config import TRAJECTORY_SETTINGS, TrainConfig
 from trainer.distributed import DistEnv
 from trainer.errors import ConfigError, TrainerError
 from trainer.loop_state import LoopState
+from trainer.remote_checkpoints import list_remote, read_remote
 from trainer.run_log import RunLog
 
 if TYPE_CHECKING:
@@ -92,9 +93,12 @@ def newest_loadable_checkpoint(
         if found is not None:
             log.line(f"resuming from {found[0]}")
         return found
-    from trainer.remote_checkpoints import list_remote, read_remote
 
-    local = {ckpt.step_of(folder): folder for folder in ckpt.complete_checkpoints(root)}
+    local = {
+        step: folder
+        for folder in ckpt.complete_checkpoints(root)
+        if (step := ckpt.step_of(folder)) is not None  # complete ones are all step-N
+    }
     remote_steps = list_remote(remote, log)
     for step in sorted(set(local) | set(remote_steps), reverse=True):
         if step in local:

@@ -108,7 +108,9 @@ class CheckpointMirror:
         """Upload the newest local checkpoint if S3 lacks it (a run that resumed from a local
         checkpoint newer than any in S3, or a finished run started again with the flag)."""
         newest = ckpt.latest_complete_checkpoint(self.remote.local_root)
-        step = ckpt.step_of(newest) if newest is not None else None
+        if newest is None:
+            return
+        step = ckpt.step_of(newest)
         if step is not None and step not in self.remote.complete:
             self.log.line(f"{newest.name} is not in {self.remote.uri} yet: uploading it")
             self.offer(step, newest)

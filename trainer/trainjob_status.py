@@ -100,7 +100,7 @@ def post_status(endpoint: StatusEndpoint, status: dict[str, Any], timeout_s: flo
     parts = urlsplit(endpoint.url)
     path = parts.path + (f"?{parts.query}" if parts.query else "")
     connection = http.client.HTTPSConnection(
-        parts.hostname, parts.port, timeout=timeout_s, context=context
+        parts.hostname or "", parts.port, timeout=timeout_s, context=context
     )
     body = json.dumps({"trainerStatus": status}).encode()
     headers = {

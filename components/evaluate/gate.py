@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from components.evaluate.errors import EPS, EvaluationError, check_fraction
+from kfp_ddp.s3_uri import S3UriError, parse_s3_uri
 
 
 def baseline_accuracy_of(baseline: Mapping[str, Any]) -> float:
@@ -120,8 +121,6 @@ def load_baseline(uri: str, *, endpoint_url: str | None = None) -> dict[str, Any
 def _read_s3(uri: str, endpoint_url: str | None) -> bytes:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
-
-    from kfp_ddp.s3_uri import S3UriError, parse_s3_uri
 
     try:
         where = parse_s3_uri(uri, prefix_required=True)

@@ -18,6 +18,8 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kfp_ddp.atomic_files import write_text_atomic
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -275,7 +277,6 @@ def write_report(
     tensorboard: str = "",
 ) -> Path:
     """Render the report and write it to ``path`` atomically."""
-    from kfp_ddp.atomic_files import write_text_atomic
 
     path = Path(path)
     page = render_report(result, metrics_jsonl=metrics_jsonl, title=title, tensorboard=tensorboard)

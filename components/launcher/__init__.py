@@ -12,21 +12,63 @@ serves. TensorFlow programs run as a Training Operator v1 ``TFJob`` (``build_tfj
 >>> result = run_job(spec, backend="local")       # or backend="kubernetes", options=...
 """
 
-from components.launcher.apis import JOB_APIS, JobApi, build_manifest, job_api
-from components.launcher.launcher import run_job
-from components.launcher.options import BACKENDS, KubernetesOptions, LocalOptions, options_for
-from components.launcher.pytorchjob import admission_errors, build_pytorchjob
-from components.launcher.result import (
-    JobCancelled,
-    JobExists,
-    JobFailed,
-    JobResult,
-    JobTimeout,
-    PreflightError,
-)
-from components.launcher.spec import APIS, PvcMount, SpecError, TrainSpec
-from components.launcher.tfjob import build_tfjob
-from components.launcher.trainjob import build_trainjob
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the same names, for type checkers and editors
+    from components.launcher.apis import JOB_APIS, JobApi, build_manifest, job_api
+    from components.launcher.launcher import run_job
+    from components.launcher.options import BACKENDS, KubernetesOptions, LocalOptions, options_for
+    from components.launcher.pytorchjob import admission_errors, build_pytorchjob
+    from components.launcher.result import (
+        JobCancelled,
+        JobExists,
+        JobFailed,
+        JobResult,
+        JobTimeout,
+        PreflightError,
+    )
+    from components.launcher.spec import APIS, PvcMount, SpecError, TrainSpec
+    from components.launcher.tfjob import build_tfjob
+    from components.launcher.trainjob import build_trainjob
+
+_HOME = {
+    "JOB_APIS": "components.launcher.apis",
+    "JobApi": "components.launcher.apis",
+    "build_manifest": "components.launcher.apis",
+    "job_api": "components.launcher.apis",
+    "run_job": "components.launcher.launcher",
+    "BACKENDS": "components.launcher.options",
+    "KubernetesOptions": "components.launcher.options",
+    "LocalOptions": "components.launcher.options",
+    "options_for": "components.launcher.options",
+    "admission_errors": "components.launcher.pytorchjob",
+    "build_pytorchjob": "components.launcher.pytorchjob",
+    "JobCancelled": "components.launcher.result",
+    "JobExists": "components.launcher.result",
+    "JobFailed": "components.launcher.result",
+    "JobResult": "components.launcher.result",
+    "JobTimeout": "components.launcher.result",
+    "PreflightError": "components.launcher.result",
+    "APIS": "components.launcher.spec",
+    "PvcMount": "components.launcher.spec",
+    "SpecError": "components.launcher.spec",
+    "TrainSpec": "components.launcher.spec",
+    "build_tfjob": "components.launcher.tfjob",
+    "build_trainjob": "components.launcher.trainjob",
+}
+"""Where each public name lives. Loaded on first use (PEP 562): importing one module of the
+package (``components.launcher.spec``, say) must not import the cluster clients behind
+``apis`` (~1.3 s), which the CLI's start-up and the pipeline compiler do not need."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "APIS",

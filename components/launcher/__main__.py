@@ -17,7 +17,9 @@ from typing import Any
 
 import click
 
-from components.launcher.cli_flags import dataclass_options, flag_of, values_to_fields
+from components.launcher.cli_flags import _pairs, dataclass_options, flag_of, values_to_fields
+from components.launcher.options import KubernetesOptions, LocalOptions
+from components.launcher.result import JobCancelled, JobFailed, PreflightError
 from components.launcher.spec import CHOICES, SpecError, TrainSpec
 
 SPEC_FLAGS = {f.name: flag_of(f) for f in dataclasses.fields(TrainSpec)} | {"args": "TRAINER ARGS"}
@@ -59,8 +61,10 @@ def cli() -> None:
 def render(**params: Any) -> None:
     """Print the job's manifest as YAML (no cluster access; --api auto renders a TrainJob), then,
     with --metrics-port, its PodMonitor (or Service + ServiceMonitor) and PrometheusRule."""
+    # Here, not at the top (as in run and rbac): the manifest models and cluster clients (~1 s)
+    # only for the command that uses them; --help and a bad flag answer at once.
     from components.launcher.apis import build_manifest
-    from components.launcher.monitoring import render_yaml
+    from components.launcher.monitoring_documents import render_yaml
 
     spec = build_spec(params)
     if spec.api == "auto":
@@ -92,12 +96,10 @@ def run(
     backend: str, timeout_s: float | None, cleanup: str, path_map: tuple[str, ...], **params: Any
 ) -> None:
     """Run the job on a backend; exit 0 on success, 1 on failure, 143 when cancelled."""
-    from components.launcher.cli_flags import _pairs
-    from components.launcher.launcher import run_job
-    from components.launcher.options import KubernetesOptions, LocalOptions
-    from components.launcher.result import JobCancelled, JobFailed, PreflightError
+    from components.launcher.launcher import run_job  # (see render)
 
     spec = build_spec(params)
+    options: LocalOptions | KubernetesOptions
     if backend == "local":
         options = LocalOptions(timeout_s=timeout_s, path_map=_pairs("--path-map", path_map))
     else:
@@ -133,7 +135,7 @@ def rbac(
     namespace: str, service_account: str, servicemonitor: bool, cluster_runtime_reader: bool
 ) -> None:
     """Print the Role + RoleBinding for NAMESPACE and SERVICE_ACCOUNT (pipe into kubectl apply)."""
-    from components.launcher.rbac import render_rbac
+    from components.launcher.rbac import render_rbac  # (see render)
 
     try:
         text = render_rbac(

@@ -1,6 +1,7 @@
 """Click options derived from a dataclass's fields: the dataclass is the one list of parameters.
 
-Each field becomes ``--field-name`` (or the ``flag`` in its metadata) with its attribute docstring
+Each field becomes ``--field-name`` (or the ``flag`` in its metadata; an ``old_flag`` there
+still works, with a warning) with its attribute docstring
 as help and its default shown: ``bool`` → ``--x/--no-x``; ``int``/``float``/``str`` (optional or
 not) → a typed option, with the allowed values when the field has ``choices``; ``list[...]`` →
 a repeatable option; ``dict[str, str]`` → a repeatable ``KEY=VALUE`` option, added to the field's
@@ -22,6 +23,8 @@ import click
 from kfp_ddp.field_docs import field_docs
 
 JSON_LIST_FIELDS = ("command",)
+OLD = "__old_flag"
+"""Suffix of the parameter name of a renamed field's old flag."""
 
 
 def flag_of(f: dataclasses.Field) -> str:
@@ -76,11 +79,15 @@ def dataclass_options(
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
     skip = set(exclude)
-    options = [
-        option_for(f, hints[f.name], docs.get(f.name, ""), (choices or {}).get(f.name))
-        for f in dataclasses.fields(cls)
-        if f.name not in skip and f.init
-    ]
+    options = []
+    for f in dataclasses.fields(cls):
+        if f.name in skip or not f.init:
+            continue
+        options.append(
+            option_for(f, hints[f.name], docs.get(f.name, ""), (choices or {}).get(f.name))
+        )
+        if "old_flag" in f.metadata:  # renamed: the old flag works, with a warning, for a release
+            options.append(click.option(f.metadata["old_flag"], f.name + OLD, hidden=True))
 
     def decorate(func: Callable) -> Callable:
         for option in reversed(options):
@@ -108,6 +115,9 @@ def values_to_fields(cls: type, params: dict[str, Any]) -> dict[str, Any]:
         if f.name not in params:
             continue
         value = params.pop(f.name)
+        old_value = params.pop(f.name + OLD, None)
+        if old_value is not None:
+            value = _from_old_flag(f, value, old_value)
         kind, _ = _kind(hints[f.name])
         origin = typing.get_origin(kind) or kind
         if f.name in JSON_LIST_FIELDS:
@@ -123,3 +133,17 @@ def values_to_fields(cls: type, params: dict[str, Any]) -> dict[str, Any]:
             value = list(value)
         out[f.name] = value
     return out
+
+
+def _from_old_flag(f: dataclasses.Field, value: Any, old_value: str) -> Any:
+    """The value of a renamed flag given by its old name (warned); both names at once: refused."""
+    old, new = f.metadata["old_flag"], flag_of(f)
+    if value not in (None, "", _default(f)):
+        raise click.BadParameter(f"give {new} alone ({old} is its old name)", param_hint=old)
+    click.secho(
+        f"WARNING: {old} is now {new} (kfp-ddp 0.2.0, see CHANGELOG.md); the old name stops "
+        "working in 0.3.0",
+        err=True,
+        fg="yellow",
+    )
+    return old_value

@@ -33,10 +33,14 @@ def run_job(
     log = options.log or print
     for warning in spec.warnings():
         log(f"[launcher] warning: {warning}")
-    if backend == "local":
+    if isinstance(options, LocalOptions):
+        # Each backend is imported when it runs: the local one needs no Kubernetes client (~1 s),
+        # the kubernetes one none of the local process machinery.
         from components.launcher.backends.local import run_local
 
         return run_local(spec, options)
-    from components.launcher.backends.kubernetes import run_kubernetes
+    from components.launcher.backends.kubernetes import run_kubernetes  # (see run_local)
+
+    assert isinstance(options, KubernetesOptions)  # checked above against the backend
 
     return run_kubernetes(spec, options)

@@ -12,18 +12,20 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from components.launcher.backends.common import LogFn
 from components.launcher.spec import SpecError
 
+LogFn = Callable[[str], None]
+"""Where a backend writes its lines (``print`` when not given)."""
 CLEANUP_MODES = ("always", "on-success", "never")
 
 
+@dataclass(kw_only=True)
 class _Options:
     """Construction from plain data (the step's JSON), refusing unknown keys."""
 
-    BACKEND = ""
+    BACKEND: ClassVar[str] = ""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Any:
@@ -70,7 +72,7 @@ _CODE_ONLY = {"json": False}
 class KubernetesOptions(_Options):
     """How the kubernetes backend submits, follows and cleans up a job."""
 
-    BACKEND = "kubernetes"
+    BACKEND: ClassVar[str] = "kubernetes"
 
     timeout_s: float | None = None
     """Wall-clock limit of the whole job in seconds; past it the job is deleted (None: none)."""
@@ -117,7 +119,7 @@ class KubernetesOptions(_Options):
 class LocalOptions(_Options):
     """How the local backend runs the replicas as processes."""
 
-    BACKEND = "local"
+    BACKEND: ClassVar[str] = "local"
 
     path_map: dict[str, str] = field(default_factory=dict)
     """Container mount path → local folder (unmapped PVC mounts: WORKDIR/volumes/<claim>)."""

@@ -23,6 +23,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.launcher.names import DNS1123_LABEL, ENV_NAME
+from components.launcher.pod_paths import (
+    SCRATCH_ENV,
+    host_path_problem,
+    scratch_clash,
+    scratch_dir_at,
+)
+
 AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 ENV_SOURCES = ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef")
 RESTRICTED_VOLUME_KINDS = (
@@ -126,8 +134,6 @@ def _affinity_problems(affinity: Any) -> list[tuple[str, str]]:
 
 
 def _env_problems(spec: Any, extras: PodExtras) -> list[tuple[str, str]]:
-    from components.launcher.names import ENV_NAME
-    from components.launcher.spec_rules import SCRATCH_ENV
 
     found = []
     own = set(spec.merged_env()) | set(_s3_names(spec)) | set(SCRATCH_ENV)
@@ -166,7 +172,6 @@ def _s3_names(spec: Any) -> list[str]:
 
 
 def _volume_problems(spec: Any, extras: PodExtras) -> list[tuple[str, str]]:
-    from components.launcher.names import DNS1123_LABEL
 
     found = []
     names: dict[str, dict[str, Any]] = {}
@@ -188,8 +193,6 @@ def _volume_problems(spec: Any, extras: PodExtras) -> list[tuple[str, str]]:
 
 def _source_problem(spec: Any, volume: dict[str, Any]) -> str:
     """What the Pod Security level (or the node's safety) says against a volume's source."""
-    from components.launcher.spec_rules import _host_path_problem
-
     kind = volume_kind(volume)
     if not kind:
         return "needs exactly one source"
@@ -200,7 +203,7 @@ def _source_problem(spec: Any, volume: dict[str, Any]) -> str:
                 f"{spec.pod_security} Pod Security Standard: it needs pod_security=privileged (a "
                 "cluster setting) and a namespace that enforces privileged"
             )
-        why = _host_path_problem((volume.get("hostPath") or {}).get("path"))
+        why = host_path_problem((volume.get("hostPath") or {}).get("path"))
         return f"hostPath {why}" if why else ""
     if kind not in RESTRICTED_VOLUME_KINDS and spec.pod_security == "restricted":
         return (
@@ -211,8 +214,6 @@ def _source_problem(spec: Any, volume: dict[str, Any]) -> str:
 
 
 def _mount_problems(spec: Any, extras: PodExtras, names: set[str]) -> list[tuple[str, str]]:
-    from components.launcher.spec_rules import scratch_clash, scratch_dir_at
-
     found = []
     taken = {p.path for p in spec.pvcs} | set(RESERVED_PATHS)
     for mount in extras.volume_mounts:

@@ -77,7 +77,8 @@ def volumes(spec: TrainSpec) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount
         mounts.append(
             k8s.V1VolumeMount(name=name, mount_path=pvc.path, read_only=pvc.read_only or None)
         )
-    return found + spec.pod_extras.volumes, mounts + spec.pod_extras.volume_mounts
+    extras = spec.extras
+    return found + extras.volumes, mounts + extras.volume_mounts
 
 
 def scratch_volumes() -> list[k8s.V1Volume]:
@@ -173,7 +174,7 @@ def env_vars(spec: TrainSpec) -> list[k8s.V1EnvVar]:
     settings, then ``pod_extras``' references (Kubernetes JSON)."""
     plain = spec.merged_env()
     plain_env = [k8s.V1EnvVar(name=k, value=v) for k, v in plain.items()]
-    return container_env(spec, given=plain) + plain_env + s3_env(spec) + spec.pod_extras.env
+    return container_env(spec, given=plain) + plain_env + s3_env(spec) + spec.extras.env
 
 
 def stage_init_container(spec: TrainSpec) -> k8s.V1Container | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from components.launcher.backends.kubernetes.permissions import granted_permissions
 from components.launcher.names import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from components.launcher.spec import SpecError
 
@@ -40,7 +41,6 @@ HEADER = """\
 
 
 def _rules(servicemonitor: bool) -> list[dict[str, Any]]:
-    from components.launcher.backends.kubernetes.permissions import granted_permissions
 
     grouped: dict[tuple[str, str], list[str]] = {}
     for group, resource, verb in sorted(granted_permissions(servicemonitor=servicemonitor)):

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from components import DEFAULT_IMAGE
-from components.launcher import monitoring, sizing
+from components.launcher import monitoring, sizing, spec_rules
 from components.launcher.names import (
     ISTIO_INJECT,
     KUEUE_QUEUE_LABEL,
@@ -27,19 +27,17 @@ from components.launcher.names import (
     run_labels,
 )
 from components.launcher.pod_extras import PodExtras
+from components.launcher.pod_paths import IMAGE_HOME, SCRATCH_DIRS, SCRATCH_ENV
 from components.launcher.sizing import SHM_PER_PROCESS_GI
 from components.launcher.spec_rules import (
     APIS,
     CHOICES,
     CLEAN_POD_POLICIES,
-    IMAGE_HOME,
     NCCL_PRESETS,
     NODE_ACCESS_FIELDS,
     NODE_OUTPUT,
     RESTART_POLICIES,
     RUNTIME_KINDS,
-    SCRATCH_DIRS,
-    SCRATCH_ENV,
     STAGE_CACHE,
     STAGE_CACHE_KEEP,
     STAGE_ROOT,
@@ -48,7 +46,6 @@ from components.launcher.spec_rules import (
     TOLERATION_EFFECTS,
     TOLERATION_OPERATORS,
     UNSUPPORTED,
-    SpecChecks,
     SpecError,
 )
 
@@ -136,7 +133,7 @@ def _flag(name: str) -> dict[str, str]:
 
 
 @dataclass(kw_only=True)
-class TrainSpec(SpecChecks):
+class TrainSpec:
     """A distributed training job: ``workers`` nodes, each running the trainer (or your image)."""
 
     api: str = "auto"
@@ -165,12 +162,12 @@ class TrainSpec(SpecChecks):
     """GPUs per node, requested as gpu_resource limits."""
     gpu_resource: str = "nvidia.com/gpu"
     """Extended resource name of the GPUs."""
-    cpu_request: str | None = field(default=None, metadata=_flag("--cpu"))
+    cpu_request: str | None = field(default=None, metadata={"old_flag": "--cpu"})
     """CPU request per node (Kubernetes quantity, e.g. 4 or 500m). None: 4 per GPU (1 per process
     without GPUs), so that a pod is never BestEffort; with cpu_limit alone, the limit."""
     cpu_limit: str | None = None
     """CPU limit per node (qos=guaranteed: the request)."""
-    memory_request: str | None = field(default=None, metadata=_flag("--memory"))
+    memory_request: str | None = field(default=None, metadata={"old_flag": "--memory"})
     """Memory request per node (e.g. 16Gi). None: 16Gi per GPU (4Gi per process without GPUs);
     with memory_limit alone, the limit."""
     memory_limit: str | None = None
@@ -271,9 +268,9 @@ class TrainSpec(SpecChecks):
     c10d rendezvous at worker-0. With a Master the v1.9 operator adds its init-pytorch container
     (no securityContext) to every Worker: restricted Pod Security refuses it unless the operator
     runs with --pytorch-init-container-template-file (see the README)."""
-    elastic_min_replicas: int | None = field(default=None, metadata=_flag("--elastic-min"))
+    elastic_min_replicas: int | None = field(default=None, metadata={"old_flag": "--elastic-min"})
     """PyTorchJob elastic training: lower bound of pods (set with elastic_max_replicas)."""
-    elastic_max_replicas: int | None = field(default=None, metadata=_flag("--elastic-max"))
+    elastic_max_replicas: int | None = field(default=None, metadata={"old_flag": "--elastic-max"})
     """PyTorchJob elastic training: upper bound of pods."""
     max_restarts: int | None = None
     """PyTorchJob elastic training: torchrun's --max-restarts (elastic only)."""
@@ -315,7 +312,7 @@ class TrainSpec(SpecChecks):
 
     def __post_init__(self) -> None:
         self._normalise()
-        self._check()
+        spec_rules.check(self)
 
     # -- derived values ------------------------------------------------------------------------
 
@@ -335,9 +332,14 @@ class TrainSpec(SpecChecks):
         return self.workers + self.ps_replicas
 
     @property
+    def extras(self) -> PodExtras:
+        """``pod_extras``, coerced when the spec is built (empty when not given)."""
+        return self.pod_extras or PodExtras()
+
+    @property
     def world_size(self) -> int:
         """Total number of trainer processes."""
-        return self.workers * self.nproc_per_node
+        return self.workers * (self.nproc_per_node or 1)  # resolved when the spec is built
 
     def for_api(self, api: str) -> TrainSpec:
         """This spec bound to ``api`` (re-validated: a field that API cannot express fails)."""
@@ -385,8 +387,9 @@ class TrainSpec(SpecChecks):
     def warnings(self) -> list[str]:
         """Settings that are valid but likely wasteful or incomplete (logged, not refused)."""
         found = []
-        if self.gpus_per_worker and self.nproc_per_node < self.gpus_per_worker:
-            idle = self.gpus_per_worker - self.nproc_per_node
+        nproc = self.nproc_per_node or 1  # resolved when the spec is built
+        if self.gpus_per_worker and nproc < self.gpus_per_worker:
+            idle = self.gpus_per_worker - nproc
             found.append(
                 f"nproc_per_node={self.nproc_per_node} < gpus_per_worker={self.gpus_per_worker}: "
                 f"{idle} GPU(s) per node stay idle; leave nproc_per_node unset for one process "

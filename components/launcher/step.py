@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -31,7 +32,9 @@ from typing import Any
 from kfp.dsl import TaskConfig
 
 from components import DEFAULT_IMAGE
+from components.artifacts import write_metadata_file
 from components.launcher.launcher import run_job
+from components.launcher.names import default_namespace
 from components.launcher.options import BackendOptions, options_for
 from components.launcher.progress import final_progress
 from components.launcher.result import JobCancelled, JobResult
@@ -43,6 +46,11 @@ from components.launcher.spec import (
     SpecError,
     TrainSpec,
 )
+from components.launcher.task_config import merge_task_config, task_gpus
+from components.s3_sync import sync
+from kfp_ddp.atomic_files import write_atomic
+from kfp_ddp.s3_uri import s3_uri_problem
+from trainer import config as trainer_config
 
 MODEL_FILES = ("model/weights.pt", "model/model.json", "metrics.jsonl", "summary.json")
 """Our trainer's outputs, exported flat into the Model artifact."""
@@ -61,6 +69,39 @@ SUMMARY_METRICS = (
     "restarts",
     "resumed_from_step",
 )
+
+
+TRAINER_SETTING = "trainer_setting"
+"""Metadata key of a step input that sets a trainer flag: the ``TrainConfig`` field's name."""
+LR_DEFAULT_WHY = (
+    "the trainer's default depends on --optimizer (sgd 0.1, adamw 0.001); the pipeline trains "
+    "with sgd unless trainer_args says otherwise, so it says 0.1"
+)
+IMAGE_SIZE_DEFAULT_WHY = (
+    "small and quick on purpose: a first run on CPUs ends in minutes (photos want 224, the "
+    "trainer's default)"
+)
+CHECKPOINT_DEFAULT_WHY = (
+    "pipeline pods are preempted and retried: more frequent checkpoints lose less of a run "
+    "than the trainer's 500"
+)
+
+
+def trainer_setting(name: str, *, pipeline_default: Any = None, why: str = "") -> Any:
+    """The field of a step input that sets the trainer's ``--<name>`` (``TrainConfig.<name>``).
+
+    Its default, None, leaves the trainer's own default; any other value (0 and '' too) is
+    passed. The pipeline declares a parameter of the same name whose default is the trainer's,
+    or ``pipeline_default`` when the pipeline means another one on purpose (``why`` says why).
+    """
+    if name not in trainer_config.field_defaults():
+        raise ValueError(f"trainer_setting({name!r}): TrainConfig has no field {name!r}")
+    if (pipeline_default is None) != (not why):
+        raise ValueError(f"trainer_setting({name!r}): a pipeline_default comes with its why")
+    metadata = {TRAINER_SETTING: name, "flag": trainer_config.flag(name)}
+    if pipeline_default is not None:
+        metadata |= {"pipeline_default": pipeline_default, "why": why}
+    return field(default=None, metadata=metadata)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,22 +150,20 @@ class TrainingStepInputs:
     """memory request per node, e.g. 64Gi; empty for none."""
     trainer_args: list = field(default_factory=list)
     """more trainer flags, e.g. ["--precision", "bf16"]."""
-    model_name: str = field(default="", metadata={"flag": "--model"})
-    """the trainer's --model; empty keeps its default."""
-    epochs: int = field(default=0, metadata={"flag": "--epochs"})
-    """--epochs; 0 keeps the trainer's default."""
-    batch_size: int = field(default=0, metadata={"flag": "--batch-size"})
-    """--batch-size; 0 keeps the trainer's default."""
-    lr: float = field(default=0.0, metadata={"flag": "--lr"})
-    """--lr; 0 keeps the trainer's default."""
-    image_size: int = field(default=0, metadata={"flag": "--image-size"})
-    """--image-size; 0 keeps the trainer's default."""
-    checkpoint_every_steps: int = field(default=0, metadata={"flag": "--checkpoint-every-steps"})
-    """--checkpoint-every-steps; 0 keeps the trainer's default."""
-    label_smoothing: float = field(
-        default=0.0, metadata={"flag": "--label-smoothing", "in_run_key": True}
+    # The trainer's settings a pipeline sets (each one a pipeline parameter of the same name):
+    # None leaves the trainer's default; their types and descriptions are the trainer's. The one
+    # input not named as its setting: ``model`` is the component's output artifact already.
+    model_name: str | None = trainer_setting("model")
+    epochs: int | None = trainer_setting("epochs")
+    batch_size: int | None = trainer_setting("batch_size")
+    lr: float | None = trainer_setting("lr", pipeline_default=0.1, why=LR_DEFAULT_WHY)
+    image_size: int | None = trainer_setting(
+        "image_size", pipeline_default=32, why=IMAGE_SIZE_DEFAULT_WHY
     )
-    """--label-smoothing; 0 keeps the trainer's default (none)."""
+    checkpoint_every_steps: int | None = trainer_setting(
+        "checkpoint_every_steps", pipeline_default=200, why=CHECKPOINT_DEFAULT_WHY
+    )
+    label_smoothing: float | None = trainer_setting("label_smoothing")
     metrics_port: int = 0
     """Prometheus metrics port of every trainer process (local rank k on
     metrics_port + k), opened on every pod with a PodMonitor and hang/throughput
@@ -178,7 +217,6 @@ class TrainingStepInputs:
                 "data_dir for data on a shared claim, data_uri (s3://bucket/prefix) for data every "
                 "node stages onto its own disk"
             )
-        from kfp_ddp.s3_uri import s3_uri_problem
 
         for name in ("data_uri", "checkpoint_uri"):
             value = getattr(self, name)
@@ -278,6 +316,10 @@ def run_uri(inputs: TrainingStepInputs) -> str:
     return f"{inputs.checkpoint_uri.rstrip('/')}/{run_key(inputs)}"
 
 
+NAMED_IN_RUN_KEY = ("model_name", "image_size", "epochs", "batch_size", "lr")
+"""The settings the run's folder names (the rest go into its digest)."""
+
+
 def run_key(inputs: TrainingStepInputs) -> str:
     """<settings>/<data digest>: the folder of one configuration trained on one data set.
 
@@ -287,17 +329,20 @@ def run_key(inputs: TrainingStepInputs) -> str:
     resume a checkpoint of other settings.
     """
     overrides = StepOverrides.parse(inputs.overrides_json).spec_fields
-    # Settings that change what is trained, once set (unset: the keys stay as they were).
+    # The trainer's settings that change what is trained (beyond those named in the folder),
+    # when set to another value than the trainer's default: what trains the same keeps its key.
+    defaults = trainer_config.field_defaults()
     changed = [
         [f.name, getattr(inputs, f.name)]
         for f in fields(inputs)
-        if f.metadata.get("in_run_key") and getattr(inputs, f.name)
+        if f.metadata.get(TRAINER_SETTING) in trainer_config.TRAJECTORY_SETTINGS
+        and f.name not in NAMED_IN_RUN_KEY
+        and getattr(inputs, f.name) not in (None, defaults[f.metadata[TRAINER_SETTING]])
     ]
     extra = json.dumps(
         [list(inputs.trainer_args or []), overrides, inputs.retrain_token, *changed],
         sort_keys=True,
     )
-    from components.launcher.task_config import task_gpus
 
     nproc = inputs.nproc_per_node or inputs.gpus_per_worker or task_gpus(inputs.task_config) or 1
     settings = (
@@ -309,21 +354,21 @@ def run_key(inputs: TrainingStepInputs) -> str:
     return f"{settings}/{digest}"
 
 
-def trainer_flag_inputs() -> dict[str, str]:
+def trainer_flag_inputs(inputs_class: type = TrainingStepInputs) -> dict[str, str]:
     """{step input: the trainer flag it sets} (the fields with a ``flag`` in their metadata)."""
-    return {f.name: f.metadata["flag"] for f in fields(TrainingStepInputs) if "flag" in f.metadata}
+    return {f.name: f.metadata["flag"] for f in fields(inputs_class) if "flag" in f.metadata}
 
 
 def trainer_args_for(inputs: TrainingStepInputs) -> list[str]:
-    """The trainer's flags; zero/empty values are left to the trainer's defaults."""
+    """The trainer's flags: each trainer setting that is not None, then ``trainer_args``."""
     data_dir = STAGED_DATA if inputs.data_uri else inputs.data_dir
     args = ["--data-dir", data_dir, "--output-dir", run_folder(inputs)]
     if inputs.checkpoint_uri:
         args += ["--checkpoint-uri", f"{run_uri(inputs)}/checkpoints"]
         args += ["--output-uri", f"{run_uri(inputs)}/output"]
-    for name, flag in trainer_flag_inputs().items():
+    for name, flag in trainer_flag_inputs(type(inputs)).items():
         value = getattr(inputs, name)
-        if value:
+        if value is not None:
             args += [flag, str(value)]
     return args + [str(a) for a in inputs.trainer_args or []]
 
@@ -372,7 +417,6 @@ def training_spec(inputs: TrainingStepInputs, *, run_id: str) -> TrainSpec:
             "compiles the pipeline: cluster_settings_json (build_training_pipeline("
             "cluster_settings=...), kfp-ddp compile --cluster-settings)"
         )
-    from components.launcher.task_config import merge_task_config
 
     given = merge_task_config(
         inputs.task_config, parameters=base, overrides=overrides.spec_fields, cluster=cluster
@@ -424,7 +468,6 @@ def _trainer_outputs(inputs: TrainingStepInputs) -> Iterator[Path]:
     if inputs.shared_output:
         yield Path(run_folder(inputs))
         return
-    from components.s3_sync import sync
 
     with tempfile.TemporaryDirectory(prefix="kfp-ddp-model-") as tmp:
         source = f"{run_uri(inputs)}/output/"
@@ -468,7 +511,6 @@ def _fill_artifacts(result: JobResult, inputs: TrainingStepInputs, model: Any, m
             metrics.log_metric(name, number)
     metrics.log_metric("job_duration_s", float(result.duration_s))
     metrics.log_metric("job_restarts", float(result.restarts))
-    from components.artifacts import write_metadata_file
 
     write_metadata_file(metrics)
 
@@ -504,16 +546,19 @@ def exported_files(output_dir: Path, api: str) -> list[tuple[Path, str]]:
     return found
 
 
+def _copy_from(source, out) -> None:
+    shutil.copyfileobj(source, out)
+
+
 def export_model(output_dir: Path, model_dir: Path, *, api: str = "auto") -> None:
     """Copy the job's outputs (``exported_files``) into the Model artifact folder, each
     atomically."""
-    from kfp_ddp.atomic_files import write_atomic
 
     model_dir.mkdir(parents=True, exist_ok=True)
     for source, name in exported_files(output_dir, api):
         (model_dir / name).parent.mkdir(parents=True, exist_ok=True)
         with open(source, "rb") as handle:
-            write_atomic(model_dir / name, lambda out, src=handle: shutil.copyfileobj(src, out))
+            write_atomic(model_dir / name, functools.partial(_copy_from, handle))
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -529,8 +574,9 @@ def cleanup_step(*, run_id: str, namespace: str, backend: str, options=None) -> 
     if backend != "kubernetes" or not run_id:
         print(f"[cleanup] backend={backend!r}, run_id={run_id!r}: no jobs to delete")
         return 0
+    # Here, not at the top: the Kubernetes client (~0.9 s) is the cleanup's alone; importing the
+    # step's module (the CLI, the compiler, the local backend) must not pay for it.
     from components.launcher.backends.kubernetes import delete_run_jobs
-    from components.launcher.names import default_namespace
 
     deleted = delete_run_jobs(namespace or default_namespace(), run_id, options=options)
     print(f"[cleanup] deleted {len(deleted)} job(s) of run {run_id}: {deleted}")

@@ -45,11 +45,11 @@ from typing import Any
 
 from components.launcher.pod_extras import PodExtras, volume_kind
 from components.launcher.pod_parts import S3_SECRET_KEYS
-from components.launcher.spec import SpecError, parse_toleration
+from components.launcher.spec import PvcMount, SpecError, parse_toleration
 
 CORE_RESOURCES = {"cpu": ("cpu_request", "cpu_limit"), "memory": ("memory_request", "memory_limit")}
 """Resource name → the spec's (request, limit) fields."""
-UNSET = (None, "", 0, [], {})
+UNSET: tuple[Any, ...] = (None, "", 0, [], {})
 
 
 def passthroughs() -> list:
@@ -204,12 +204,12 @@ class _Merge:
         )
 
     def scalar(
-        self, name: str, value: Any, task_side: str, same: Callable[[Any, Any], bool] = None
+        self, name: str, value: Any, task_side: str, same: Callable[[Any, Any], bool] | None = None
     ) -> None:
         now = self.current(name)
         if now in UNSET:
             self.added[name] = value
-        elif not (same or (lambda a, b: a == b))(now, value):
+        elif not (same(now, value) if same else now == value):
             raise self.conflict(name, repr(now), task_side)
 
     # -- resources -------------------------------------------------------------------------------
@@ -302,7 +302,7 @@ class _Merge:
         plain = dict(self.current("env") or {})
         refs = {e.get("name"): e for e in self.extras().env}
         for var in variables:
-            name = var.get("name")
+            name = var.get("name") or ""
             source = var.get("valueFrom")
             if self.s3_variable(name, var):
                 continue
@@ -346,7 +346,6 @@ class _Merge:
     def volumes(self, volumes: list[dict[str, Any]], mounts: list[dict[str, Any]]) -> None:
         if not mounts:
             return
-        from components.launcher.spec import PvcMount
 
         by_name = {v.get("name"): v for v in volumes}
         pvcs = [PvcMount.coerce(p) for p in self.current("pvcs") or []]

@@ -63,7 +63,7 @@ def build_pod_template(
         host_network=spec.host_network or None,
         dns_policy="ClusterFirstWithHostNet" if spec.host_network else None,
         node_selector=dict(spec.node_selector) or None,
-        affinity=spec.pod_extras.affinity,
+        affinity=spec.extras.affinity,
         tolerations=pod_parts.tolerations(spec),
         service_account_name=spec.service_account,
         image_pull_secrets=[k8s.V1LocalObjectReference(name=s) for s in spec.image_pull_secrets]

@@ -82,8 +82,8 @@ def _pod_spec_patch(spec: TrainSpec) -> tm.TrainerV1alpha1PodSpecPatch:
         containers=[container] if container else None,
         volumes=[tm.IoK8sApiCoreV1Volume.from_dict(v) for v in pod_parts.plain(volumes)] or None,
         nodeSelector=dict(spec.node_selector) or None,
-        affinity=tm.IoK8sApiCoreV1Affinity.from_dict(spec.pod_extras.affinity)
-        if spec.pod_extras.affinity
+        affinity=tm.IoK8sApiCoreV1Affinity.from_dict(spec.extras.affinity)
+        if spec.extras.affinity
         else None,
         tolerations=[tm.IoK8sApiCoreV1Toleration.from_dict(t) for t in pod_parts.plain(tolerations)]
         if tolerations

@@ -17,6 +17,12 @@ import logging
 import os
 import sys
 
+from components.s3_sync.api import run_sync
+from components.s3_sync.delete_guard import DeletionsRefused
+from components.s3_sync.errors import S3SyncError, S3SyncUsageError
+from components.s3_sync.options import SyncOptions
+from kfp_ddp import __version__
+
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -32,7 +38,6 @@ class _OrderedFilter(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kfp_ddp import __version__
 
     p = argparse.ArgumentParser(
         prog="python -m components.s3_sync",
@@ -86,7 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def options_from_args(args: argparse.Namespace):
     """The ``SyncOptions`` that the parsed command line asks for."""
-    from components.s3_sync.options import SyncOptions
 
     return SyncOptions(
         source=args.source,
@@ -114,9 +118,6 @@ def main(argv: list[str] | None = None) -> int:
     # botocore/urllib3 debug logs could carry request headers; keep them quiet.
     for noisy in ("botocore", "boto3", "s3transfer", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from components.s3_sync.api import run_sync
-    from components.s3_sync.delete_guard import DeletionsRefused
-    from components.s3_sync.errors import S3SyncError, S3SyncUsageError
 
     try:
         report = run_sync(options_from_args(args))

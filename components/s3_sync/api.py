@@ -14,12 +14,19 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from components.s3_sync.connection import S3Connection
-from components.s3_sync.engine import resolve_engine
+from components.s3_sync.download import DownloadJob
+from components.s3_sync.engines import resolve_engine
 from components.s3_sync.errors import S3SyncError
 from components.s3_sync.options import SyncOptions, SyncReport
 from components.s3_sync.s3_uri import parse_s3_uri
+from components.s3_sync.upload import UploadJob
+
+if TYPE_CHECKING:
+    from components.s3_sync.download import DownloadJob
+    from components.s3_sync.upload import UploadJob
 
 log = logging.getLogger("components.s3_sync")
 
@@ -49,14 +56,11 @@ def run_sync(options: SyncOptions) -> SyncReport:
         max_concurrency=options.max_concurrency,
     )
     # each direction imports only its own modules (a CLI run does one of them)
+    job: DownloadJob | UploadJob
     if options.download:
-        from components.s3_sync.download import DownloadJob
-
         src = parse_s3_uri(options.source)
         job = DownloadJob(options, conn, engine, src, Path(options.destination))
     else:
-        from components.s3_sync.upload import UploadJob
-
         dst = parse_s3_uri(options.destination)
         job = UploadJob(options, conn, engine, Path(options.source), dst)
     try:

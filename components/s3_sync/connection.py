@@ -258,6 +258,8 @@ def _shared_loader(session):
     rules (files of botocore's, the same for every session), which a new session would load
     again (~0.1 s); botocore_loader.py makes loading them cheaper. Settings and credentials
     stay per session, read fresh for every sync."""
+    # Here, not at the top: it imports botocore (~0.25 s), which this module leaves to the first
+    # connection (the CLIs' --help and the pipeline compiler never open one).
     from components.s3_sync.botocore_loader import s3_loader
 
     with _LOADER_LOCK:

@@ -166,10 +166,11 @@ def _stream(temp_path: str, size: int, etag: str, on_bytes: OnBytes) -> Streamed
     (recv_filepath would also cost 3x the system time). A multipart ETag is hashed with the
     likeliest part size for its part count; if that was not it, the caller asks S3."""
     parsed = ETag.parse(etag)
-    multipart = parsed is not None and parsed.parts is not None
+    parts = parsed.parts if parsed is not None else None
+    multipart = parts is not None
     part_size = None
-    if multipart:
-        likely = multipart_candidates(size, parsed.parts)
+    if parts is not None:
+        likely = multipart_candidates(size, parts)
         part_size = likely[0] if likely else None
     return StreamedFile(temp_path, part_size, multipart=multipart, on_bytes=on_bytes)
 

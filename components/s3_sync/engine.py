@@ -16,10 +16,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Protocol
 
-from components.s3_sync.errors import S3SyncUsageError
-
 if TYPE_CHECKING:
-    from components.s3_sync.connection import S3Connection
+    pass
 
 MiB = 1024 * 1024
 PART_SIZE = 8 * MiB
@@ -60,34 +58,3 @@ class Engine(Protocol):
 
     def shutdown(self, *, cancel: bool = False) -> None:
         """Wait for (or with ``cancel``, cancel) what is in flight."""
-
-
-def crt_available() -> bool:
-    """Whether the AWS CRT (``awscrt``, installed with ``botocore[crt]``) is importable."""
-    try:
-        import awscrt.s3  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def resolve_engine(engine: str) -> str:
-    """``auto`` → ``crt`` when awscrt is installed, else ``classic``; ``crt`` needs awscrt."""
-    if engine == "auto":
-        return "crt" if crt_available() else "classic"
-    if engine == "crt" and not crt_available():
-        raise S3SyncUsageError(
-            "engine='crt' needs the AWS CRT: pip install 'botocore[crt]' (or use engine='classic')"
-        )
-    return engine
-
-
-def make_engine(conn: S3Connection, *, engine: str, max_concurrency: int) -> Engine:
-    """The engine named ``engine`` (``crt`` or ``classic``; see ``resolve_engine``)."""
-    if resolve_engine(engine) == "crt":
-        from components.s3_sync.crt_engine import CrtEngine
-
-        return CrtEngine(conn, max_concurrency=max_concurrency)
-    from components.s3_sync.classic_engine import ClassicEngine
-
-    return ClassicEngine(conn, max_concurrency=max_concurrency)

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from components.s3_sync.connection import S3Connection
-from components.s3_sync.engine import PART_SIZE, Engine, make_engine
+from components.s3_sync.engine import PART_SIZE, Engine
+from components.s3_sync.engines import make_engine
 from components.s3_sync.errors import S3SyncError
 from components.s3_sync.hash_cache import HashCache
 from components.s3_sync.listing import RemoteObject

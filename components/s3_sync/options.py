@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import cast
 
 from components.s3_sync.delete_guard import DeleteLimit
 from components.s3_sync.engine import ENGINES
@@ -96,7 +97,7 @@ class SyncOptions:
         # a lone string is one pattern, not a sequence of one-character patterns
         self.include = (self.include,) if isinstance(self.include, str) else tuple(self.include)
         self.exclude = (self.exclude,) if isinstance(self.exclude, str) else tuple(self.exclude)
-        self.filters = tuple(tuple(f) for f in self.filters)
+        self.filters = tuple(cast(tuple[str, str], tuple(f)) for f in self.filters)
         if self.filters and (self.include or self.exclude):
             raise S3SyncUsageError(
                 "filters= (ordered, aws-style) cannot be combined with include=/exclude=; "

@@ -27,6 +27,10 @@ import os
 import sys
 from pathlib import Path
 
+from components.s3_sync import S3SyncError
+from components.s3_sync.staging import evict, hold, point, stage
+from kfp_ddp.s3_uri import s3_uri_problem
+
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 
@@ -65,7 +69,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    from kfp_ddp.s3_uri import s3_uri_problem
 
     problem = s3_uri_problem(args.source)
     if problem:
@@ -77,8 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep_snapshots is not None and args.keep_snapshots < 1:
         print(f"stage: --keep-snapshots {args.keep_snapshots} must be 1 or more", file=sys.stderr)
         return EXIT_USAGE
-    from components.s3_sync import S3SyncError
-    from components.s3_sync.staging import evict, hold, point, stage
 
     try:
         staged = stage(

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.s3_sync.api import sync
 from components.s3_sync.errors import S3SyncUsageError
 from components.s3_sync.options import SyncReport
 
@@ -86,7 +87,6 @@ def stage(
     in S3 since (or between the nodes' stagings), and training on it would not be the data that
     was checked, cached and evaluated: ``DataChanged`` is raised and nothing is frozen.
     """
-    from components.s3_sync.api import sync
 
     folder = Path(root) / source_key(source)
     mirror = folder / "mirror"

@@ -14,7 +14,8 @@ from typing import NamedTuple
 
 from components.s3_sync.connection import S3Connection
 from components.s3_sync.delete_guard import PlannedDeletions, check_deletions
-from components.s3_sync.engine import PART_SIZE, make_engine
+from components.s3_sync.engine import PART_SIZE
+from components.s3_sync.engines import make_engine
 from components.s3_sync.errors import S3SyncError
 from components.s3_sync.hash_cache import CacheEntry, HashCache
 from components.s3_sync.hashing import (

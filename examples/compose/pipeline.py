@@ -115,7 +115,7 @@ def build_pipeline(
         model_a: str = "resnet18",
         model_b: str = "mobilenet_v3_small",
         s3_endpoint: str = "",
-        credentials_secret: str = "s3-credentials",
+        s3_credentials_secret: str = "s3-credentials",
         workspace_pvc: str = "kfp-ddp-workspace",
         workers: int = 2,
         gpus_per_worker: int = 1,
@@ -132,7 +132,7 @@ def build_pipeline(
             model_a: the first torchvision model, e.g. resnet18.
             model_b: the second torchvision model, e.g. mobilenet_v3_small.
             s3_endpoint: URL of an S3-compatible endpoint; empty for AWS.
-            credentials_secret: Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+            s3_credentials_secret: Secret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
             workspace_pvc: ReadWriteMany claim shared by the steps and the training nodes.
             workers: training nodes per model.
             gpus_per_worker: GPUs per node (0 trains on CPUs).
@@ -148,7 +148,7 @@ def build_pipeline(
                 data_uri=data_uri, endpoint_url=s3_endpoint, workspace_path=workspace
             ).set_display_name("stage data from S3")
             data.set_caching_options(False)  # must look at S3; its digest keys the trainings
-            on_cluster(data, workspace_pvc, credentials_secret)
+            on_cluster(data, workspace_pvc, s3_credentials_secret)
 
             trained = {}
             for key, model_name in (("a", model_a), ("b", model_b)):
@@ -196,7 +196,7 @@ def build_pipeline(
                     run_id=RUN_ID,
                 ).set_display_name("publish to S3")
                 upload.set_caching_options(False)  # every run publishes to its own prefix
-                on_cluster(upload, None, credentials_secret)
+                on_cluster(upload, None, s3_credentials_secret)
 
             with dsl.If(choice.output == "a", name="model-a"):
                 publish(train_a, eval_a)

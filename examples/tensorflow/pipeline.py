@@ -65,7 +65,7 @@ def build_tensorflow_pipeline(launcher_image: str = DEFAULT_IMAGE):
     """The pipeline, its launcher steps on ``launcher_image`` (the TFJob runs ``tf_image``)."""
     from kfp import kubernetes
 
-    from components.launcher.component import make_cleanup_op, make_training_job_op
+    from components.kfp.launcher import make_cleanup_op, make_training_job_op
 
     train_op = make_training_job_op(launcher_image)
     cleanup_op = make_cleanup_op(launcher_image)

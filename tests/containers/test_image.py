@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.launcher.spec_rules import SCRATCH_DIRS
+from components.launcher.pod_paths import SCRATCH_DIRS
 from tests.containers.podman import REPO
 
 pytestmark = pytest.mark.slow

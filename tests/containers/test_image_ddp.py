@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from components.launcher.spec_rules import SCRATCH_DIRS
+from components.launcher.pod_paths import SCRATCH_DIRS
 
 pytestmark = pytest.mark.slow
 

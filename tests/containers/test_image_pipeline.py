@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 
 from components.launcher.backends.local import NODES_DIR_ENV
-from components.launcher.spec_rules import SCRATCH_DIRS
+from components.launcher.pod_paths import SCRATCH_DIRS
 from components.s3_sync import sync
 from tests.image_data import write_image_folder
 

@@ -11,8 +11,8 @@ import pytest
 from kfp import dsl, local
 from kfp.dsl import HTML, ClassificationMetrics, Metrics, Model, Output
 
-from components.evaluate.component import make_evaluate_op
-from components.kfp_component import make_component
+from components.kfp.evaluate import make_evaluate_op
+from components.kfp.factory import make_component
 
 
 def stage_model(source: str, model: Output[Model]):

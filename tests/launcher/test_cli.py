@@ -39,11 +39,11 @@ def test_render_every_flag_matches_the_same_spec_in_python():
         "2",
         "--gpus-per-worker",
         "2",
-        "--cpu",
+        "--cpu-request",
         "8",
         "--cpu-limit",
         "16",
-        "--memory",
+        "--memory-request",
         "32Gi",
         "--memory-limit",
         "64Gi",
@@ -287,9 +287,9 @@ def test_render_elastic_flags():
         "el",
         "--workers",
         "2",
-        "--elastic-min",
+        "--elastic-min-replicas",
         "1",
-        "--elastic-max",
+        "--elastic-max-replicas",
         "4",
         "--max-restarts",
         "3",
@@ -308,7 +308,7 @@ def test_render_elastic_flags():
     ("args", "message"),
     [
         (["--workers", "0"], "--workers: TrainSpec.workers=0 is invalid"),
-        (["--cpu", "lots"], "--cpu: TrainSpec.cpu_request='lots'"),
+        (["--cpu-request", "lots"], "--cpu-request: TrainSpec.cpu_request='lots'"),
         (["--workers", "two"], "'two' is not a valid integer"),
         (["--name", "Bad_Name"], "DNS-1035"),
         (["--pvc", "nocolon"], "CLAIM:PATH[:ro]"),
@@ -317,7 +317,7 @@ def test_render_elastic_flags():
         (["--env", "NOEQUALS"], "KEY=VALUE"),
         (["--max-restarts", "2"], "elastic"),
         (["--api", "tfjobz"], "'tfjobz' is not one of"),
-        (["--elastic-min", "1"], "elastic_max_replicas"),
+        (["--elastic-min-replicas", "1"], "elastic_max_replicas"),
         (["--backoff-limit", "-1"], "backoff_limit"),
         (["--active-deadline-seconds", "0"], "active_deadline_seconds"),
         (["--gpus-per-worker", "1", "--nproc-per-node", "2"], "nproc_per_node"),
@@ -419,3 +419,26 @@ def test_rbac_command():
     assert docs[1]["subjects"][0] == {"kind": "ServiceAccount", "name": "sa", "namespace": "team-a"}
     bad = CliRunner().invoke(cli, ["rbac", "--namespace", "Bad NS"])
     assert bad.exit_code == 2 and "namespace='Bad NS'" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "value", "field"),
+    [
+        ("--cpu", "--cpu-request", "8", ("resources", "requests", "cpu")),
+        ("--memory", "--memory-request", "32Gi", ("resources", "requests", "memory")),
+    ],
+)
+def test_a_flag_renamed_in_0_2_works_by_its_old_name_with_a_warning(old, new, value, field):
+    args = ["render", "--api", "pytorchjob", "--name", "resnet-ddp"]
+    by_old = CliRunner().invoke(cli, [*args, old, value])
+    by_new = CliRunner().invoke(cli, [*args, new, value])
+    assert by_old.exit_code == 0 and by_new.exit_code == 0, by_old.output + by_new.output
+    assert f"WARNING: {old} is now {new}" in by_old.stderr and "WARNING" not in by_new.stderr
+    manifest = yaml.safe_load(by_new.stdout)
+    assert yaml.safe_load(by_old.stdout) == manifest
+    found = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    for key in field:
+        found = found[key]
+    assert str(found) == value
+    both = CliRunner().invoke(cli, ["render", old, value, new, value])
+    assert both.exit_code == 2 and f"give {new} alone" in both.output

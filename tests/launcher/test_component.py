@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from kfp import dsl
 
-from components.kfp_component import make_component
-from components.launcher import SpecError
-from components.launcher.component import (
+from components.kfp.factory import make_component
+from components.kfp.launcher import (
     make_cleanup_op,
     make_training_job_op,
     training_job_component,
     training_job_function,
 )
+from components.launcher import SpecError
 from components.launcher.step import (
     TrainingStepInputs,
     run_folder,

@@ -14,12 +14,8 @@ from kubernetes import client as k8s
 
 from components.launcher import SpecError, build_manifest
 from components.launcher.__main__ import cli
-from components.launcher.monitoring import (
-    PORT_ANNOTATION,
-    SCRAPE_ANNOTATION,
-    hang_expression,
-    monitoring_documents,
-)
+from components.launcher.monitoring import PORT_ANNOTATION, SCRAPE_ANNOTATION
+from components.launcher.monitoring_documents import hang_expression, monitoring_documents
 from tests.cluster.play import JobPods
 from tests.crds import require_crd, schema_errors
 from tests.launcher.k8s_helpers import (

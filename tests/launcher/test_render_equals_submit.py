@@ -19,14 +19,14 @@ from components.launcher.step import TrainingStepInputs, run_training_step
 from components.s3_sync import S3SyncError
 from pipelines.cli import declared_inputs, default_arguments, main, parse_parameters
 from pipelines.dataset import snapshot_path
-from pipelines.training import (
+from pipelines.plan import (
     DEFAULT_STORAGE,
     STORAGE_MODES,
     WORKSPACE_MOUNT_PATH,
-    build_training_pipeline,
     checkpoint_base,
     training_step_inputs,
 )
+from pipelines.training import build_training_pipeline
 from tests.launcher.k8s_helpers import bodies_sent, created, kubeconfig_of, succeed
 
 RUN_ID = "5d0c5e4e-1111-4a2b-9c3d-0123456789ab"
@@ -49,7 +49,7 @@ PARAMS = [
     "-p",
     'trainer_args=["--augment", "none"]',
     "-p",
-    'train_overrides={"shm_size": "4Gi", "labels": {"team": "cv"}, '
+    'overrides_json={"shm_size": "4Gi", "labels": {"team": "cv"}, '
     '"backend_options": {"config_file": "KUBECONFIG", "poll_interval_s": 1}}',
 ]
 
@@ -125,8 +125,8 @@ def submitted_documents(
 @pytest.mark.parametrize("storage", STORAGE_MODES)
 @pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
 def test_render_equals_what_the_step_submits(k8s, tmp_path, api, storage):
-    job = submitted(k8s, tmp_path, "-p", f"job_api={api}", api=api, storage=storage)
-    assert job == rendered(k8s, "-p", f"job_api={api}", storage=storage)
+    job = submitted(k8s, tmp_path, "-p", f"api={api}", api=api, storage=storage)
+    assert job == rendered(k8s, "-p", f"api={api}", storage=storage)
     assert job["metadata"]["name"].startswith("train-")
     assert job["metadata"]["labels"]["kfp-ddp.io/run-id"] == RUN_ID
 
@@ -136,18 +136,18 @@ def test_auto_on_a_cluster_without_trainer_v2_submits_the_pytorchjob_render_show
 ):
     job = submitted(operator_k8s, tmp_path, api="pytorchjob")
     assert job["kind"] == "PyTorchJob"
-    assert job == rendered(operator_k8s, "-p", "job_api=pytorchjob")
+    assert job == rendered(operator_k8s, "-p", "api=pytorchjob")
     assert rendered(operator_k8s)["kind"] == "TrainJob"  # auto renders what Kubeflow runs now
 
 
 def test_render_with_metrics_port_prints_what_the_step_creates(k8s, tmp_path):
     """The job, its PodMonitor and PrometheusRule: the same documents, in the same order (the
     ownerReference to the job's uid is the cluster's part: the uid exists once the job does)."""
-    params = ("-p", "job_api=pytorchjob", "-p", "metrics_port=9400")
+    params = ("-p", "api=pytorchjob", "-p", "metrics_port=9400")
     documents = submitted_documents(k8s, tmp_path, *params, api="pytorchjob")
     for document in documents[1:]:
         (owner,) = document["metadata"].pop("ownerReferences")
         assert (owner["kind"], owner["name"]) == ("PyTorchJob", documents[0]["metadata"]["name"])
-    printed = rendered_documents(k8s, "-p", "job_api=pytorchjob", "--metrics-port", "9400")
+    printed = rendered_documents(k8s, "-p", "api=pytorchjob", "--metrics-port", "9400")
     assert [d["kind"] for d in printed] == ["PyTorchJob", "PodMonitor", "PrometheusRule"]
     assert documents == printed

@@ -438,7 +438,7 @@ def test_kfp_local_hands_no_task_config_and_the_parameters_decide(tmp_path: Path
     resources have no effect and ignores kfp-kubernetes settings: the job runs as before."""
     from kfp import local
 
-    from components.launcher.component import make_training_job_op
+    from components.kfp.launcher import make_training_job_op
 
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
     train_op = make_training_job_op()

@@ -71,7 +71,7 @@ def test_render_prints_the_pytorchjob_a_run_would_submit() -> None:
             "--storage",
             "shared-volume",
             "-p",
-            "job_api=pytorchjob",
+            "api=pytorchjob",
             "-p",
             "data_uri=s3://bucket/datasets/cats",
             "-p",
@@ -91,7 +91,7 @@ def test_render_prints_the_pytorchjob_a_run_would_submit() -> None:
             "-p",
             "namespace=team-a",
             "-p",
-            'train_overrides={"shm_size": "8Gi", "backend_options": {"timeout_s": 60}}',
+            'overrides_json={"shm_size": "8Gi", "backend_options": {"timeout_s": 60}}',
         ],
     )
     assert result.exit_code == 0, result.output
@@ -131,7 +131,7 @@ def test_render_shows_object_store_staging_and_the_checkpoint_mirror() -> None:
         [
             "render",
             *REQUIRED,
-            *("-p", "job_api=pytorchjob", "-p", "credentials_secret=team-s3"),
+            *("-p", "api=pytorchjob", "-p", "s3_credentials_secret=team-s3"),
             *("-p", "s3_endpoint=https://minio.example.com", "--data-digest", digest),
         ],
     )
@@ -169,7 +169,7 @@ def test_render_prints_the_trainjob_by_default() -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "job_api=auto: a TrainJob" in result.stderr
+    assert "api=auto: a TrainJob" in result.stderr
     job = yaml.safe_load(result.stdout)
     assert job["kind"] == "TrainJob"
     trainer = job["spec"]["trainer"]
@@ -180,10 +180,10 @@ def test_render_prints_the_trainjob_by_default() -> None:
 
 def test_render_refuses_bad_values_clearly() -> None:
     bad_override = CliRunner().invoke(
-        main, ["render", *REQUIRED, "-p", 'train_overrides={"bogus": 1}']
+        main, ["render", *REQUIRED, "-p", 'overrides_json={"bogus": 1}']
     )
     assert bad_override.exit_code == 2
-    assert "-p train_overrides=" in bad_override.output and "bogus" in bad_override.output
+    assert "-p overrides_json=" in bad_override.output and "bogus" in bad_override.output
     assert "Traceback" not in bad_override.output
     bad_type = CliRunner().invoke(main, ["render", *REQUIRED, "-p", "workers=two"])
     assert bad_type.exit_code == 2
@@ -204,7 +204,7 @@ def test_render_refuses_bad_values_clearly() -> None:
         (["-p", 'trainer_args=["--data-dir=/x"]'], "--data-dir is set by the pipeline"),
         (["-p", 'trainer_args=["--bogus"]'], "unrecognized arguments: --bogus"),
         (
-            ["-p", "job_api=trainjob", "-p", 'train_overrides={"scheduler_name": "volcano"}'],
+            ["-p", "api=trainjob", "-p", 'overrides_json={"scheduler_name": "volcano"}'],
             "podGroupPolicy",
         ),
     ],

@@ -1,4 +1,4 @@
-"""Node access is an admin's compile-time choice, never a pipeline parameter: ``train_overrides``
+"""Node access is an admin's compile-time choice, never a pipeline parameter: ``overrides_json``
 may not set pod_security, capabilities, host_network or stage_cache_host_path; the compile-time
 ``cluster_settings`` (``kfp-ddp compile --cluster-settings``) may, and land as a constant in the
 compiled pipeline."""
@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from components.launcher import SpecError
 from components.launcher.step import TrainingStepInputs, training_spec
 from pipelines.cli import main
-from pipelines.training import build_training_pipeline, cluster_settings_json
+from pipelines.plan import cluster_settings_json
+from pipelines.training import build_training_pipeline
 
 REQUIRED = ["-p", "data_uri=s3://bucket/datasets/cats", "-p", "publish_uri=s3://bucket/models"]
 CACHE = {"pod_security": "privileged", "stage_cache_host_path": "/mnt/kfp-ddp-cache"}
@@ -32,17 +33,17 @@ CACHE = {"pod_security": "privileged", "stage_cache_host_path": "/mnt/kfp-ddp-ca
 )
 def test_train_overrides_cannot_open_the_node(override):
     result = CliRunner().invoke(
-        main, ["render", *REQUIRED, "-p", f"train_overrides={json.dumps(override)}"]
+        main, ["render", *REQUIRED, "-p", f"overrides_json={json.dumps(override)}"]
     )
     assert result.exit_code == 2, result.output
-    assert "train_overrides=" in result.output and "open the node" in result.output
+    assert "overrides_json=" in result.output and "open the node" in result.output
     assert "--cluster-settings" in result.output
 
 
 def test_the_compile_time_cluster_settings_give_the_node_cache():
     result = CliRunner().invoke(
         main,
-        ["render", *REQUIRED, "--cluster-settings", json.dumps(CACHE), "-p", "job_api=trainjob"],
+        ["render", *REQUIRED, "--cluster-settings", json.dumps(CACHE), "-p", "api=trainjob"],
     )
     assert result.exit_code == 0, result.output
     job = yaml.safe_load(result.stdout)

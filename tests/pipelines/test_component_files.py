@@ -23,7 +23,7 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 import components as our_components
 from components import DEFAULT_IMAGE
-from components.kfp_component import make_component
+from components.kfp.factory import make_component
 from components.s3_sync import component as s3_sync_module
 from kfp_ddp import __version__
 from pipelines.cli import main

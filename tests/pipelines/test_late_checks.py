@@ -43,29 +43,29 @@ def problems(values: dict) -> list[str]:
 
 def test_a_backend_options_typo_is_refused_naming_the_key_and_the_nearest_one():
     overrides = json.dumps({"shm_size": "8Gi", "backend_options": {"timout_s": 600}})
-    (problem,) = problems(arguments(train_overrides=overrides))
-    assert problem.startswith(f"train_overrides={overrides!r}: backend_options: ")
+    (problem,) = problems(arguments(overrides_json=overrides))
+    assert problem.startswith(f"overrides_json={overrides!r}: backend_options: ")
     assert "unknown option(s) ['timout_s'] for the kubernetes backend" in problem
     assert "(did you mean 'timeout_s'?)" in problem
     # The other backend has other options: a kubernetes one is no local one.
     local = json.dumps({"backend_options": {"cleanup": "never"}})
-    (problem,) = problems(arguments("local", gpus_per_worker=0, train_overrides=local))
+    (problem,) = problems(arguments("local", gpus_per_worker=0, overrides_json=local))
     assert "unknown option(s) ['cleanup'] for the local backend" in problem
     assert "valid: path_map, workdir" in problem
     # Right keys pass; a bad value is the backend's to name, now rather than after the data.
-    check_arguments(arguments(train_overrides='{"backend_options": {"timeout_s": 60}}'))
+    check_arguments(arguments(overrides_json='{"backend_options": {"timeout_s": 60}}'))
     bad_value = json.dumps({"backend_options": {"cleanup": "sometimes"}})
-    (problem,) = problems(arguments(train_overrides=bad_value))
+    (problem,) = problems(arguments(overrides_json=bad_value))
     assert "backend_options.cleanup='sometimes' is not allowed" in problem
 
 
 def test_the_cli_refuses_a_backend_options_typo_before_submitting():
     result = CliRunner().invoke(
         main,
-        ["render", *REQUIRED, "-p", 'train_overrides={"backend_options": {"clean_up": "never"}}'],
+        ["render", *REQUIRED, "-p", 'overrides_json={"backend_options": {"clean_up": "never"}}'],
     )
     assert result.exit_code == 2, result.output
-    assert "-p train_overrides=" in result.output
+    assert "-p overrides_json=" in result.output
     assert "['clean_up'] for the kubernetes backend (did you mean 'cleanup'?)" in result.output
 
 

@@ -50,7 +50,7 @@ def test_no_credential_values(compiled: Path, docs: tuple[dict, dict]) -> None:
         assert set(executor) == {"secretAsEnv"}
         (secret,) = executor["secretAsEnv"]
         assert secret["secretNameParameter"] == {
-            "componentInputParameter": "pipelinechannel--credentials_secret"
+            "componentInputParameter": "pipelinechannel--s3_credentials_secret"
         }
 
 
@@ -71,7 +71,7 @@ def test_data_step_lists_and_the_nodes_stage(docs: tuple[dict, dict]) -> None:
         "producerTask": "check-arguments-step",
     }
     assert train["s3_credentials_secret"] == {
-        "componentInputParameter": "pipelinechannel--credentials_secret"
+        "componentInputParameter": "pipelinechannel--s3_credentials_secret"
     }
     for name in ("data_dir", "output_dir", "pvc_name"):
         assert train[name]["runtimeValue"]["constant"] == "", name

@@ -35,7 +35,7 @@ def problems_of(**given: object) -> list:
         ({"data_uri": "not-a-uri"}, "data_uri"),
         ({"checkpoint_uri": "s3://b/checkpoints"}, "checkpoint_uri"),
         ({"workers": 0}, "workers"),
-        ({"cpu_per_worker": "lots"}, "cpu_per_worker"),
+        ({"cpu_request": "lots"}, "cpu_request"),
         ({"epochs": 0}, "epochs"),
         ({"label_smoothing": 1.0}, "label_smoothing"),
     ],
@@ -62,7 +62,7 @@ def test_every_part_refuses_the_same_bad_uri(uri, tmp_path):
     from components.s3_sync.errors import S3SyncUsageError
     from components.s3_sync.s3_uri import parse_s3_uri
     from trainer.errors import ConfigError
-    from trainer.train import check_flags
+    from trainer.flags import check_flags
 
     with pytest.raises(S3SyncUsageError):
         parse_s3_uri(uri)
@@ -79,7 +79,7 @@ def test_every_part_refuses_the_same_bad_uri(uri, tmp_path):
     ("overrides", "named"),
     [
         ({"workers": 3}, "the pipeline parameter workers"),
-        ({"cpu_request": "8"}, "the pipeline parameter cpu_per_worker"),
+        ({"cpu_request": "8"}, "the pipeline parameter cpu_request"),
         ({"image": "mine:1"}, "the pipeline parameter image"),
         ({"args": ["--output-dir", "/x"]}, "would replace the trainer's own arguments"),
         ({"task_name": "other"}, "'task_name' is set by the pipeline"),
@@ -87,15 +87,15 @@ def test_every_part_refuses_the_same_bad_uri(uri, tmp_path):
     ],
 )
 def test_train_overrides_takes_no_setting_of_a_parameter(overrides, named):
-    errors = problems_of(train_overrides=json.dumps(overrides))
-    assert [error.field for error in errors] == ["train_overrides"]
+    errors = problems_of(overrides_json=json.dumps(overrides))
+    assert [error.field for error in errors] == ["overrides_json"]
     assert named in errors[0].fix
 
 
 def test_train_overrides_of_other_settings_pass_the_same_checks():
     """A setting no parameter has is taken, and checked as the launcher checks it."""
-    errors = problems_of(train_overrides='{"shm_size": "lots"}')
-    assert [error.field for error in errors] == ["train_overrides"]
+    errors = problems_of(overrides_json='{"shm_size": "lots"}')
+    assert [error.field for error in errors] == ["overrides_json"]
     assert "shm_size" in str(errors[0])
 
 

@@ -17,33 +17,34 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 from pipelines.cli import main
 from pipelines.package import PACKAGES
-from pipelines.training import PIPELINE_NAME, WORKSPACE_MOUNT_PATH, build_training_pipeline
+from pipelines.plan import WORKSPACE_MOUNT_PATH
+from pipelines.training import PIPELINE_NAME, build_training_pipeline
 
 EXPECTED_PARAMETERS = {
     "data_uri": "STRING",
     "publish_uri": "STRING",
     "s3_endpoint": "STRING",
-    "credentials_secret": "STRING",
+    "s3_credentials_secret": "STRING",
     "workspace_pvc": "STRING",
     "image": "STRING",
     "namespace": "STRING",
-    "job_api": "STRING",
+    "api": "STRING",
     "workers": "NUMBER_INTEGER",
     "gpus_per_worker": "NUMBER_INTEGER",
     "nproc_per_node": "NUMBER_INTEGER",
-    "cpu_per_worker": "STRING",
-    "memory_per_worker": "STRING",
+    "cpu_request": "STRING",
+    "memory_request": "STRING",
     "model": "STRING",
     "epochs": "NUMBER_INTEGER",
     "batch_size": "NUMBER_INTEGER",
     "lr": "NUMBER_DOUBLE",
     "label_smoothing": "NUMBER_DOUBLE",
     "image_size": "NUMBER_INTEGER",
-    "checkpoint_interval": "NUMBER_INTEGER",
+    "checkpoint_every_steps": "NUMBER_INTEGER",
     "metrics_port": "NUMBER_INTEGER",
     "checkpoint_uri": "STRING",
     "trainer_args": "LIST",
-    "train_overrides": "STRING",
+    "overrides_json": "STRING",
     "retrain_token": "STRING",
     "accuracy_threshold": "NUMBER_DOUBLE",
     "baseline_uri": "STRING",
@@ -200,7 +201,7 @@ def test_structure_gate_retries_caching_and_exit_handler(docs: tuple[dict, dict]
         }
     # The API (TrainJob / PyTorchJob / auto) is a pipeline parameter handed to the step.
     assert tasks["training-job-component"]["inputs"]["parameters"]["api"] == {
-        "componentInputParameter": "pipelinechannel--job_api"
+        "componentInputParameter": "pipelinechannel--api"
     }
     # The launcher step is retried (it re-attaches to its job).
     assert tasks["training-job-component"]["retryPolicy"]["maxRetryCount"] == 2
@@ -237,7 +238,7 @@ def test_kubernetes_platform_config(docs: tuple[dict, dict]) -> None:
     ):
         (secret,) = executors[_executor_of(pipeline_doc, tasks[task_name])]["secretAsEnv"]
         assert secret["secretNameParameter"] == {
-            "componentInputParameter": "pipelinechannel--credentials_secret"
+            "componentInputParameter": "pipelinechannel--s3_credentials_secret"
         }
         assert {m["envVar"] for m in secret["keyToEnv"]} == {
             "AWS_ACCESS_KEY_ID",

@@ -4,7 +4,7 @@
 import yaml
 from kfp import compiler, dsl
 
-from components.s3_sync.component import make_s3_sync_op, use_s3_credentials
+from components.kfp.s3_sync import make_s3_sync_op, use_s3_credentials
 
 
 def _pipeline():

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from components.launcher import TrainSpec
-from components.launcher.monitoring import monitoring_documents
+from components.launcher.monitoring_documents import monitoring_documents
 from tests.trainer.trainer_launch import REPO, base_env, free_port
 
 CACHE = Path.home() / ".cache" / "kfp-ddp" / "prometheus"

@@ -12,7 +12,8 @@ from tests.image_data import write_image_folder
 from tests.trainer.trainer_launch import TINY
 from trainer.config import TrainConfig, config_from, load_config_file
 from trainer.errors import ConfigError
-from trainer.train import build_arg_parser, main, run_training
+from trainer.flags import build_arg_parser
+from trainer.train import main, run_training
 
 
 @pytest.fixture

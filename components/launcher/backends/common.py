@@ -8,9 +8,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-LogFn = Callable[[str], None]
+from components.launcher.options import LogFn
 
 
 def print_line(line: str) -> None:

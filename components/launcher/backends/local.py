@@ -396,7 +396,7 @@ class LocalRun:
     # -- running -------------------------------------------------------------------------------
 
     def _deadline(self, start: float) -> tuple[float | None, str]:
-        limits = []
+        limits: list[tuple[float, str]] = []
         if self.spec.active_deadline_seconds:
             limits.append((self.spec.active_deadline_seconds, "activeDeadlineSeconds"))
         if self.options.timeout_s:

@@ -27,12 +27,13 @@ class TfTask(NamedTuple):
     """One replica of a TFJob: its type as TF_CONFIG spells it, and its index."""
 
     type: str
-    index: int
+    number: int
+    """The replica's index in its type (TF_CONFIG's ``task.index``)."""
 
     @property
     def name(self) -> str:
         """``chief-0``, ``worker-1``, ``ps-0``: the pod-name suffix and the log prefix."""
-        return f"{self.type}-{self.index}"
+        return f"{self.type}-{self.number}"
 
 
 def tf_tasks(spec: TrainSpec) -> list[TfTask]:
@@ -53,7 +54,7 @@ def tf_config_env(tasks: list[TfTask], ports: list[int], task: TfTask) -> dict[s
         cluster.setdefault(each.type, []).append(f"127.0.0.1:{port}")
     config = {
         "cluster": cluster,
-        "task": {"type": task.type, "index": task.index},
+        "task": {"type": task.type, "index": task.number},
         "environment": "cloud",
     }
     return {"TF_CONFIG": json.dumps(config)}

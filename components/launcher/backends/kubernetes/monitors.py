@@ -16,6 +16,7 @@ from typing import Any
 from components.launcher import monitoring
 from components.launcher.apis import JobApi
 from components.launcher.backends.kubernetes.clients import Clients
+from components.launcher.monitoring_documents import monitoring_documents
 from components.launcher.spec import TrainSpec
 
 
@@ -39,7 +40,7 @@ def create_monitors(
     note: Callable[[str], None],
 ) -> list[str]:
     """Create ``spec``'s monitoring documents owned by ``job``; returns ``KIND/NAME`` created."""
-    documents = monitoring.monitoring_documents(spec)
+    documents = monitoring_documents(spec)
     if not documents:
         return []
     if not job or not (job.get("metadata") or {}).get("uid"):

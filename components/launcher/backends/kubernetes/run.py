@@ -154,7 +154,7 @@ class _Follow:
         if recorded is None and self.api.phase(job).phase == "Failed":
             worst = self.diagnosis.worst_pod(self.follower)
             code = worst[1].exit_code if worst else None
-            if code is not None and 0 < code < 128:
+            if worst and code is not None and 0 < code < 128:
                 recorded = f"pod {worst[0].metadata.name} exited with permanent code {code}"
                 self.job.record_failure(recorded, suspend=False)
             else:

@@ -22,8 +22,12 @@ from kfp.dsl import Metrics, Model, Output, TaskConfig
 from kfp.dsl.python_component import PythonComponent
 
 from components import DEFAULT_IMAGE
-from components.kfp_component import make_component
-from components.kfp_function import REQUIRED, FunctionInput, docstring, kfp_function
+from components.kfp.factory import make_component
+from components.kfp.function import REQUIRED, FunctionInput, docstring, kfp_function
+from components.launcher.step import TRAINER_SETTING, TrainingStepInputs
+from components.launcher.task_config import passthroughs
+from kfp_ddp.field_docs import field_docs
+from trainer import config as trainer_config
 
 TRAINING_OUTPUTS = (
     FunctionInput(name="model", annotation="Output[Model]"),
@@ -45,9 +49,9 @@ def step_function_inputs(inputs_class: type, *, image: str) -> list[FunctionInpu
     """The fields of ``inputs_class`` (a step's inputs dataclass) as a KFP function's inputs: its
     type, default and field docstring; ``image``'s default is ``image``. A field whose default is
     None declares its type alone (``task_config: TaskConfig = None``: KFP's optional input)."""
-    from kfp_ddp.field_docs import field_docs
 
     docs = field_docs(inputs_class, keep_lines=True)
+    trainer_docs = trainer_config.field_docs()
     inputs = []
     for f in dataclasses.fields(inputs_class):
         if f.default is not dataclasses.MISSING:
@@ -63,10 +67,21 @@ def step_function_inputs(inputs_class: type, *, image: str) -> list[FunctionInpu
             annotation = annotation.removesuffix(" | None")
         inputs.append(
             FunctionInput(
-                name=f.name, annotation=annotation, default=default, doc=docs.get(f.name, "")
+                name=f.name,
+                annotation=annotation,
+                default=default,
+                doc=docs.get(f.name) or _trainer_doc(f, trainer_docs),
             )
         )
     return inputs
+
+
+def _trainer_doc(f: dataclasses.Field, trainer_docs: dict[str, str]) -> str:
+    """A trainer setting's description: the trainer's own, and that None keeps its default."""
+    name = f.metadata.get(TRAINER_SETTING)
+    if name is None:
+        return ""
+    return f"{f.metadata['flag']}: {trainer_docs.get(name, '')} None: the trainer's default."
 
 
 def training_job_function(
@@ -76,7 +91,7 @@ def training_job_function(
     of ``inputs_class`` (``step.TrainingStepInputs``); its body builds an ``inputs_class`` from
     its parameters and calls ``step.run_training_step``."""
     if inputs_class is None:
-        from components.launcher.step import TrainingStepInputs as inputs_class
+        inputs_class = TrainingStepInputs
     inputs = list(TRAINING_OUTPUTS) + step_function_inputs(inputs_class, image=image)
     name = inputs_class.__name__
     return kfp_function(
@@ -109,25 +124,30 @@ def cleanup_component(run_id: str, namespace: str, backend: str) -> int:
     Returns:
         Output: how many jobs were deleted.
     """
+    # KFP runs this function's body alone, in the image: its imports are inside it.
     from components.launcher.step import cleanup_step
 
     return cleanup_step(run_id=run_id, namespace=namespace, backend=backend)
 
 
 def make_training_job_op(
-    image: str = DEFAULT_IMAGE, *, forward_task_config: bool = True
+    image: str = DEFAULT_IMAGE,
+    *,
+    forward_task_config: bool = True,
+    inputs_class: type = TrainingStepInputs,
 ) -> PythonComponent:
     """The training component on ``image``; its training nodes run ``image`` too by default.
+    ``inputs_class``: its inputs (``TrainingStepInputs``, or a subclass declaring more).
 
     ``forward_task_config``: declare ``task_config_passthroughs`` (``task_config.passthroughs``):
     the task's resources, tolerations, node selector and affinity go to the job's nodes, not to
     this step's pod; its env and volumes to both. False: the task's settings are this step's
     own, as for any component (KFP then refuses none of them).
     """
-    from components.launcher.task_config import passthroughs
 
     forwarded = passthroughs() if forward_task_config else None
-    function = training_job_function(image)  # its training nodes' default image: ``image``
+    # Its training nodes' default image: ``image``.
+    function = training_job_function(image, inputs_class=inputs_class)
     return make_component(function, image=image, task_config_passthroughs=forwarded)
 
 

@@ -22,6 +22,7 @@ from kfp.dsl import HTML, ClassificationMetrics, Input, Metrics, Model, Output
 from kfp.dsl.python_component import PythonComponent
 
 from components import DEFAULT_IMAGE
+from components.kfp.factory import make_component
 
 
 def evaluate_component(
@@ -60,6 +61,7 @@ def evaluate_component(
         Output: whether the model passed: accuracy >= threshold and within tolerance of the
             baseline.
     """
+    # KFP runs this function's body alone, in the image: its imports are inside it.
     from components.evaluate.evaluate import evaluate_into_artifacts
 
     return evaluate_into_artifacts(
@@ -78,6 +80,5 @@ def evaluate_component(
 
 def make_evaluate_op(image: str = DEFAULT_IMAGE) -> PythonComponent:
     """The evaluation component running on ``image``."""
-    from components.kfp_component import make_component
 
     return make_component(evaluate_component, image=image)

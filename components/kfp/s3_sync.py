@@ -9,7 +9,7 @@ from kfp import dsl
 from kfp.dsl import Dataset, Output
 
 from components import DEFAULT_IMAGE
-from components.kfp_component import make_component
+from components.kfp.factory import make_component
 
 SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 """Keys of the Kubernetes Secret that :func:`use_s3_credentials` exposes as env vars."""
@@ -49,6 +49,7 @@ def s3_sync_component(
             files, bytes, digest, transferred, skipped, deleted, refused, seconds, dry_run.
         Output: the digest of the source listing (keys, sizes, ETags): a caching key.
     """
+    # KFP runs this function's body alone, in the image: its imports are inside it.
     from components.s3_sync import sync
 
     report = sync(
