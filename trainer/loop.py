@@ -49,7 +49,6 @@ from trainer.resume import check_compatible, load_resume_state, restore
 from trainer.run_log import RunLog
 from trainer.summary import SUMMARY_FILE, outputs_written_at, run_summary
 from trainer.tensorboard_log import NO_TENSORBOARD, NoTensorBoard, tensorboard_log
-from trainer.trainjob_status import status_reporter
 from trainer.validation import Validator, replicas_in_sync
 
 if TYPE_CHECKING:  # imported only when used: with --checkpoint-uri (the S3 sync), or reports
@@ -276,6 +275,9 @@ class Trainer:
         interval = self.cfg.progress_report_interval_s
         if not (self.env.is_main and interval and self.environ.get(STATUS_URL_VARIABLE)):
             return None
+        # Here, not at the top: only a TrainJob's rank 0 reports (the test of it checks that).
+        from trainer.trainjob_status import status_reporter
+
         return status_reporter(
             self.environ,
             interval_s=interval,

@@ -19,7 +19,6 @@ from trainer.config import TRAJECTORY_SETTINGS, TrainConfig
 from trainer.distributed import DistEnv
 from trainer.errors import ConfigError, TrainerError
 from trainer.loop_state import LoopState
-from trainer.remote_checkpoints import list_remote, read_remote
 from trainer.run_log import RunLog
 
 if TYPE_CHECKING:
@@ -93,6 +92,8 @@ def newest_loadable_checkpoint(
         if found is not None:
             log.line(f"resuming from {found[0]}")
         return found
+    # Here, not at the top: the S3 modules (boto3, ~0.3 s) for runs with --checkpoint-uri only.
+    from trainer.remote_checkpoints import list_remote, read_remote
 
     local = {
         step: folder

@@ -1,7 +1,8 @@
 """Evaluation: score a trained model folder, decide the pass/fail gate, render an HTML report.
 
-``evaluate`` (plain Python, unit-tested without KFP) and ``component.py`` (the KFP wrapper that
-turns its result into ``Metrics``, ``ClassificationMetrics``, ``HTML`` and a ``passed`` output).
+``evaluate`` (plain Python, unit-tested without KFP); its KFP component, which turns the result
+into ``Metrics``, ``ClassificationMetrics``, ``HTML`` and a ``passed`` output, is
+``components/kfp/evaluate.py``.
 """
 
 from components.evaluate.evaluate import (

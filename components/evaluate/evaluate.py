@@ -405,8 +405,8 @@ def evaluate_into_artifacts(
     """The KFP step on KFP's artifact objects (duck-typed, so this module needs no kfp):
     :func:`run_evaluation` writes ``report.path``; the numbers go into the artifacts' metadata.
 
-    Kept out of component.py: the component's body imports this at run time, inside KFP's
-    executor, where importing kfp's component-building modules would be circular.
+    Kept out of components/kfp/evaluate.py: the component's body imports this at run time,
+    inside KFP's executor, where importing kfp's component-building modules would be circular.
 
     ``data_dir`` may be an ``s3://bucket/prefix`` ImageFolder (no shared volume): its ``val/``
     is downloaded into a temporary folder first (verified, like every sync).

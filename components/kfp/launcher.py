@@ -48,7 +48,9 @@ TRAINING_RETURNS = """Returns:
 def step_function_inputs(inputs_class: type, *, image: str) -> list[FunctionInput]:
     """The fields of ``inputs_class`` (a step's inputs dataclass) as a KFP function's inputs: its
     type, default and field docstring; ``image``'s default is ``image``. A field whose default is
-    None declares its type alone (``task_config: TaskConfig = None``: KFP's optional input)."""
+    None declares its type alone (``task_config: TaskConfig = None``: KFP's optional input), but
+    an integer trainer setting: KFP has no None for an integer input (kfp.local casts it with
+    ``int()``), so its default is the trainer's own, read from ``TrainConfig``."""
 
     docs = field_docs(inputs_class, keep_lines=True)
     trainer_docs = trainer_config.field_docs()
@@ -65,6 +67,8 @@ def step_function_inputs(inputs_class: type, *, image: str) -> list[FunctionInpu
         annotation = f.type if isinstance(f.type, str) else f.type.__name__
         if default is None:
             annotation = annotation.removesuffix(" | None")
+            if annotation == "int" and TRAINER_SETTING in f.metadata:
+                default = trainer_config.field_defaults()[f.metadata[TRAINER_SETTING]]
         inputs.append(
             FunctionInput(
                 name=f.name,
@@ -81,7 +85,7 @@ def _trainer_doc(f: dataclasses.Field, trainer_docs: dict[str, str]) -> str:
     name = f.metadata.get(TRAINER_SETTING)
     if name is None:
         return ""
-    return f"{f.metadata['flag']}: {trainer_docs.get(name, '')} None: the trainer's default."
+    return f"{f.metadata['flag']}: {trainer_docs.get(name, '')}"
 
 
 def training_job_function(

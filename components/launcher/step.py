@@ -24,6 +24,7 @@ import json
 import re
 import shutil
 import tempfile
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -94,8 +95,15 @@ def trainer_setting(name: str, *, pipeline_default: Any = None, why: str = "") -
     passed. The pipeline declares a parameter of the same name whose default is the trainer's,
     or ``pipeline_default`` when the pipeline means another one on purpose (``why`` says why).
     """
-    if name not in trainer_config.field_defaults():
+    defaults = trainer_config.field_defaults()
+    if name not in defaults:
         raise ValueError(f"trainer_setting({name!r}): TrainConfig has no field {name!r}")
+    hint = typing.get_type_hints(trainer_config.TrainConfig)[name]
+    if int in (hint, *typing.get_args(hint)) and defaults[name] is None:
+        raise ValueError(
+            f"trainer_setting({name!r}): an integer whose trainer default is None cannot be a KFP "
+            "input (KFP has no None for an integer input): give the trainer a default first"
+        )
     if (pipeline_default is None) != (not why):
         raise ValueError(f"trainer_setting({name!r}): a pipeline_default comes with its why")
     metadata = {TRAINER_SETTING: name, "flag": trainer_config.flag(name)}

@@ -173,9 +173,11 @@ def test_other_trainer_args_or_overrides_get_another_output_folder():
     assert run_folder(timeout) == run_folder(base)
 
 
-def test_trainer_args_leave_zero_values_to_the_trainer():
+def test_trainer_args_pass_zero_values_and_leave_none_to_the_trainer():
+    unset = TrainingStepInputs(data_dir="d", output_dir="o")
+    assert trainer_args_for(unset) == ["--data-dir", "d", "--output-dir", run_folder(unset)]
     inputs = TrainingStepInputs(data_dir="d", output_dir="o", lr=0.0, epochs=0)
-    assert trainer_args_for(inputs) == ["--data-dir", "d", "--output-dir", run_folder(inputs)]
+    assert trainer_args_for(inputs)[-4:] == ["--epochs", "0", "--lr", "0.0"]
     inputs = TrainingStepInputs(data_dir="d", output_dir="o", lr=0.1, batch_size=8)
     assert trainer_args_for(inputs)[-4:] == [
         "--batch-size",

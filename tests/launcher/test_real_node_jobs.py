@@ -205,27 +205,36 @@ def test_a_deleted_pod_and_a_killed_container_both_resume_from_s3(node_cluster, 
     succeeds and the launcher counts the restarts."""
     s3_secret(node_k8s, node_cluster.s3)
     lines: list[str] = []
+    began = time.monotonic()
+
+    def phase(name: str) -> None:  # where the time goes (pytest -s shows it)
+        print(f"[{time.monotonic() - began:6.1f} s] {name}", flush=True)
+
     job = trainer_spec(node_k8s, "pytorchjob", node_cluster, dataset, extra=SLOW_STEPS)
     future = _in_background(
         run_job, job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=600)
     )
     _wait_for(lambda: _checkpoints(node_cluster, dataset) or future.done(), 300, "a checkpoint")
     assert not future.done(), "\n".join(lines)[-3000:]
+    phase("first checkpoint in S3: deleting worker 1's pod")
     from kubernetes import client
 
     deleted = _job_pods(node_k8s, "pytorchjob")[1]
     client.CoreV1Api(node_k8s.admin()).delete_namespaced_pod(deleted.metadata.name, node_k8s.name)
     resumed = _wait_for(lambda: future.done() or _resumed_at(lines), 300, "the resume")
+    phase(f"resumed at step {resumed}")
     _wait_for(
         lambda: future.done() or _newest_step(node_cluster, dataset) > resumed, 300,
         "a checkpoint after the resume",
     )  # fmt: skip
     assert not future.done(), "\n".join(lines)[-3000:]
+    phase("a checkpoint after the resume: SIGKILL to worker 0's container")
     killed = _job_pods(node_k8s, "pytorchjob")[0]
     ctr = ["ctr", "--address", str(node_cluster.node.socket), "--namespace", "k8s.io"]
     subprocess.run([*ctr, "tasks", "kill", "--signal", "SIGKILL", _container_id(killed)],
                    check=True, capture_output=True, timeout=30)  # fmt: skip
     result = future.result(timeout=600)
+    phase(f"the job ended: {result.phase}")
     log = "\n".join(lines)
     assert result.phase == "Succeeded", log[-5000:]
     assert "stopped by SIGTERM at step" in log and "exiting 143" in log, log[-5000:]

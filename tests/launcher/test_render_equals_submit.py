@@ -4,7 +4,7 @@ The step runs as it runs in a pod — ``run_training_step`` with a Model artifac
 URI, its kubeconfig the launcher's ServiceAccount's — against the real API server, whose audit
 log keeps what it was sent; the test plays the kubelet so the job completes. Render gets the same
 pipeline parameters, run id and data digest through the CLI. Both go through
-``pipelines.training.training_step_inputs`` and ``components.launcher.step.training_spec``.
+``pipelines.plan.training_step_inputs`` and ``components.launcher.step.training_spec``.
 """
 
 from __future__ import annotations

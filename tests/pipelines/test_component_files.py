@@ -23,8 +23,8 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 import components as our_components
 from components import DEFAULT_IMAGE
+from components.kfp import s3_sync as s3_sync_module
 from components.kfp.factory import make_component
-from components.s3_sync import component as s3_sync_module
 from kfp_ddp import __version__
 from pipelines.cli import main
 from pipelines.component_files import (

@@ -118,7 +118,7 @@ def test_the_pipeline_declares_the_declared_parameters():
     inputs = pipeline_inputs("object-store")
     assert inputs["label_smoothing"]["parameterType"] == "NUMBER_DOUBLE"
     assert inputs["label_smoothing"]["defaultValue"] == 0.0
-    assert "label smoothing" in inputs["label_smoothing"]["description"]
+    assert "Label smoothing" in inputs["label_smoothing"]["description"]  # the trainer's doc
     assert "defaultValue" not in inputs["data_uri"]
 
 

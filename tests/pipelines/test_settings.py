@@ -55,7 +55,11 @@ def test_a_setting_has_one_name_in_every_layer(setting):
     hint = typing.get_type_hints(trainer_config.TrainConfig)[name]
     assert parameter.type in (hint, *typing.get_args(hint))
     signature = inspect.signature(training_job_function(image="img")).parameters
-    assert signature[setting.name].default is None  # None leaves the trainer's default
+    # The component: None leaves the trainer's default; KFP has no None for an integer input,
+    # so an integer's default is the trainer's own.
+    expected = trainer_config.field_defaults()[name] if parameter.type is int else None
+    assert signature[setting.name].default == expected
+    assert getattr(TrainingStepInputs(), setting.name) is None
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda f: f.name)
@@ -99,6 +103,8 @@ def test_a_setting_without_a_trainer_field_or_a_reason_is_refused():
         trainer_setting("weight_decy")
     with pytest.raises(ValueError, match="comes with its why"):
         trainer_setting("weight_decay", pipeline_default=0.01)
+    with pytest.raises(ValueError, match="no None for an integer input"):
+        trainer_setting("max_steps")
 
 
 @dataclass(frozen=True, kw_only=True)
