@@ -27,6 +27,7 @@ import os
 import tarfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,11 +213,15 @@ def started_node(tmp_path_factory, podman, cpu_image, oci_registry, binaries):
     pause = oci_registry.push_oci_archive(
         pause_archive(build_pause(folder), folder / "pause.tar"), PAUSE_TAG
     )
-    image = oci_registry.push_podman_image(
+    # Our image goes to the registry while the control plane starts (the node pulls it later).
+    pushing = ThreadPoolExecutor(1)
+    image_pushed = pushing.submit(
+        oci_registry.push_podman_image,
         cpu_image,
         cpu_image.rsplit("/", 1)[1],
         env={"CONTAINERS_CONF": podman.env["CONTAINERS_CONF"]},
     )
+    pushing.shutdown(wait=False)
     plane = node = s3 = None
     try:
         for attempt in range(1, 4):
@@ -237,8 +242,9 @@ def started_node(tmp_path_factory, podman, cpu_image, oci_registry, binaries):
 
         s3 = LocalS3Server(host=GATEWAY).start()
         cluster = Cluster(plane, None)  # type: ignore[arg-type] - no played kubelet here
-        yield NodeCluster(cluster, node, image, s3, root_image=pause)
+        yield NodeCluster(cluster, node, image_pushed.result(timeout=600), s3, root_image=pause)
     finally:
+        wait([image_pushed], timeout=600)  # no push left running
         if s3 is not None:
             s3.stop()
         if node is not None:
