@@ -13,5 +13,4 @@ def write_metadata_file(artifact) -> None:
     ``kfp.local`` then treats the task's outputs as missing and never reuses a cached result.
     The JSON file makes the artifact real (and downloadable from the UI) on every backend.
     """
-
     write_json_atomic(Path(artifact.path), dict(artifact.metadata))

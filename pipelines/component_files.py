@@ -89,7 +89,6 @@ def version_line(image: str) -> str:
 
 def compile_component(component: PythonComponent, path: Path) -> Path:
     """Compile ``component`` to the YAML file ``path`` (atomically)."""
-
     with tempfile.TemporaryDirectory(prefix="kfp-ddp-component-") as tmp:
         compiled = Path(tmp) / Path(path).name
         compiler.Compiler().compile(pipeline_func=component, package_path=str(compiled))

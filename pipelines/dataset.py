@@ -93,7 +93,6 @@ class StagedDataset:
 
 def source_key(data_uri: str, endpoint_url: str | None = None) -> str:
     """The folder name of a source (see ``components.s3_sync.staging.source_key``)."""
-
     del endpoint_url  # the same bucket through another URL is the same data
     return staging.source_key(data_uri)
 
@@ -102,7 +101,6 @@ def snapshot_path(
     workspace: str | os.PathLike, data_uri: str, endpoint_url: str | None, digest: str
 ) -> Path:
     """The frozen folder of ``data_uri``'s listing ``digest`` in ``workspace``."""
-
     del endpoint_url
     return staging.snapshot_path(Path(workspace) / "data", data_uri, digest)
 
@@ -111,7 +109,6 @@ def stage_dataset(
     data_uri: str, workspace: str | os.PathLike, *, endpoint_url: str | None = None
 ) -> StagedDataset:
     """Sync ``data_uri`` into the workspace, check its layout, freeze it (see the module doc)."""
-
     found: dict[str, int] = {}
     staged = staging.stage(
         data_uri,

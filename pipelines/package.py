@@ -91,7 +91,6 @@ def disable_caching(pipeline_spec: dict) -> int:
 
 def write_yaml_atomically(docs: Sequence[dict], path: Path) -> None:
     """Write YAML documents to ``path`` atomically (temp file in the same folder, fsync, rename)."""
-
     write_text_atomic(path, yaml.safe_dump_all(docs, sort_keys=True))
 
 

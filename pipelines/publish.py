@@ -17,7 +17,6 @@ from kfp_ddp.atomic_files import write_json_atomic
 
 def stage_files(model_path: str, report_path: str, evaluation: Any, folder: Path) -> list[str]:
     """Gather the model's files, ``eval.json`` and ``report.html`` into ``folder``."""
-
     source = Path(model_path)
     folder.mkdir(parents=True, exist_ok=True)
     if source.is_dir():
@@ -45,7 +44,6 @@ def publish_model(
     endpoint_url: str | None = None,
 ) -> str:
     """Upload the model and its evaluation to ``publish_uri/<run_id>/``; returns that URI."""
-
     destination = f"{publish_uri.rstrip('/')}/{run_id}/"
     with tempfile.TemporaryDirectory(prefix="kfp-ddp-publish-") as tmp:
         names = stage_files(model_path, report_path, evaluation, Path(tmp))

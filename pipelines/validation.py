@@ -45,7 +45,6 @@ __all__ = ["ArgumentError", "ParameterError", "check_arguments"]
 def check_arguments(arguments: Mapping[str, Any]) -> None:
     """Raise ArgumentError listing every problem of ``arguments`` (the pipeline's, all given),
     each parameter named once."""
-
     errors = list(_rules(arguments)) + list(_inside_the_data(arguments))
     errors += _overrides(arguments)
     named = {error.field for error in errors}
@@ -85,7 +84,6 @@ def _inside_the_data(a: Mapping[str, Any]) -> Iterator[ParameterError]:
 
 def _overrides(a: Mapping[str, Any]) -> list[ParameterError]:
     """``overrides_json``: settings no parameter has; never the trainer's arguments."""
-
     text = a.get("overrides_json", "")
     try:
         keys = StepOverrides.parse(text).spec_fields
@@ -117,7 +115,6 @@ def _overrides(a: Mapping[str, Any]) -> list[ParameterError]:
 def _training_job(a: Mapping[str, Any], *, alone: bool) -> list[ParameterError]:
     """The launcher's and the trainer's own checks on what the training step would run
     (``alone``: the launcher's only; the trainer's flags of the parameters failed already)."""
-
     try:
         inputs = TrainingStepInputs(**planned_step_inputs(a, "DIGEST"))
         custom_command = StepOverrides.parse(inputs.overrides_json).spec_fields.get("command")
@@ -138,7 +135,6 @@ def _training_job(a: Mapping[str, Any], *, alone: bool) -> list[ParameterError]:
 def _spec_error(exc: Exception, a: Mapping[str, Any]) -> ParameterError:
     """The launcher's refusal, named after the parameter that set its field (a field no
     parameter sets came from overrides_json)."""
-
     field = getattr(exc, "field", None)
     source = spec_field_input(field) if field else None
     parameter = step_parameters().get(source) if source else None
@@ -154,7 +150,6 @@ def _spec_error(exc: Exception, a: Mapping[str, Any]) -> ParameterError:
 def _trainer_flag_errors(a: Mapping[str, Any]) -> list[ParameterError]:
     """The trainer's own check of each parameter's flag alone (so that each names its
     parameter)."""
-
     by_input = step_parameters()
     errors = []
     for name, flag in trainer_flag_inputs().items():

@@ -542,5 +542,4 @@ def field_defaults() -> dict[str, Any]:
 
 def field_docs() -> dict[str, str]:
     """The attribute docstrings of :class:`TrainConfig` (used as ``--help`` text)."""
-
     return docstrings.field_docs(TrainConfig)

@@ -177,7 +177,6 @@ def split_train_val(
     listing: ImageListing, fraction: float, seed: int
 ) -> tuple[ImageListing, ImageListing]:
     """Seeded, per-class split of ``listing`` into train and validation (at least one of each)."""
-
     by_class: dict[int, list[int]] = {}
     for index, label in enumerate(listing.labels.tolist()):
         by_class.setdefault(label, []).append(index)

@@ -28,7 +28,6 @@ LAST = "summary.json"
 
 def upload_outputs(output_dir: Path, uri: str) -> int:
     """Upload ``output_dir``'s outputs to ``uri``; returns the files sent. Raises StorageError."""
-
     destination = uri.rstrip("/") + "/"
     with tempfile.TemporaryDirectory(dir=output_dir, prefix=".upload-") as tmp:
         staged = Path(tmp)

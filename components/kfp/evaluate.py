@@ -80,5 +80,4 @@ def evaluate_component(
 
 def make_evaluate_op(image: str = DEFAULT_IMAGE) -> PythonComponent:
     """The evaluation component running on ``image``."""
-
     return make_component(evaluate_component, image=image)

@@ -24,7 +24,7 @@ from kfp.dsl.python_component import PythonComponent
 from components import DEFAULT_IMAGE
 from components.kfp.factory import make_component
 from components.kfp.function import REQUIRED, FunctionInput, docstring, kfp_function
-from components.launcher.step import TRAINER_SETTING, TrainingStepInputs
+from components.launcher.step import KFP_DEFAULT, TRAINER_SETTING, TrainingStepInputs
 from components.launcher.task_config import passthroughs
 from kfp_ddp.field_docs import field_docs
 from trainer import config as trainer_config
@@ -47,11 +47,9 @@ TRAINING_RETURNS = """Returns:
 
 def step_function_inputs(inputs_class: type, *, image: str) -> list[FunctionInput]:
     """The fields of ``inputs_class`` (a step's inputs dataclass) as a KFP function's inputs: its
-    type, default and field docstring; ``image``'s default is ``image``. A field whose default is
-    None declares its type alone (``task_config: TaskConfig = None``: KFP's optional input), but
-    an integer trainer setting: KFP has no None for an integer input (kfp.local casts it with
-    ``int()``), so its default is the trainer's own, read from ``TrainConfig``."""
-
+    type, default (``kfp_default`` in its metadata, where given) and field docstring; ``image``'s
+    default is ``image``. A field whose default is None declares its type alone
+    (``task_config: TaskConfig = None``: KFP's optional input)."""
     docs = field_docs(inputs_class, keep_lines=True)
     trainer_docs = trainer_config.field_docs()
     inputs = []
@@ -64,11 +62,10 @@ def step_function_inputs(inputs_class: type, *, image: str) -> list[FunctionInpu
             default = REQUIRED
         if f.name == "image":
             default = image
+        default = f.metadata.get(KFP_DEFAULT, default)
         annotation = f.type if isinstance(f.type, str) else f.type.__name__
-        if default is None:
+        if f.default is None:
             annotation = annotation.removesuffix(" | None")
-            if annotation == "int" and TRAINER_SETTING in f.metadata:
-                default = trainer_config.field_defaults()[f.metadata[TRAINER_SETTING]]
         inputs.append(
             FunctionInput(
                 name=f.name,
@@ -81,7 +78,7 @@ def step_function_inputs(inputs_class: type, *, image: str) -> list[FunctionInpu
 
 
 def _trainer_doc(f: dataclasses.Field, trainer_docs: dict[str, str]) -> str:
-    """A trainer setting's description: the trainer's own, and that None keeps its default."""
+    """A trainer setting's description: its flag and the trainer's own help."""
     name = f.metadata.get(TRAINER_SETTING)
     if name is None:
         return ""
@@ -148,7 +145,6 @@ def make_training_job_op(
     this step's pod; its env and volumes to both. False: the task's settings are this step's
     own, as for any component (KFP then refuses none of them).
     """
-
     forwarded = passthroughs() if forward_task_config else None
     # Its training nodes' default image: ``image``.
     function = training_job_function(image, inputs_class=inputs_class)

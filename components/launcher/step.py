@@ -74,6 +74,9 @@ SUMMARY_METRICS = (
 
 TRAINER_SETTING = "trainer_setting"
 """Metadata key of a step input that sets a trainer flag: the ``TrainConfig`` field's name."""
+KFP_DEFAULT = "kfp_default"
+"""Metadata key of a step input's default in the KFP component, where it differs from the
+field's."""
 LR_DEFAULT_WHY = (
     "the trainer's default depends on --optimizer (sgd 0.1, adamw 0.001); the pipeline trains "
     "with sgd unless trainer_args says otherwise, so it says 0.1"
@@ -107,6 +110,10 @@ def trainer_setting(name: str, *, pipeline_default: Any = None, why: str = "") -
     if (pipeline_default is None) != (not why):
         raise ValueError(f"trainer_setting({name!r}): a pipeline_default comes with its why")
     metadata = {TRAINER_SETTING: name, "flag": trainer_config.flag(name)}
+    if int in (hint, *typing.get_args(hint)):
+        # KFP has no None for an integer input (kfp.local casts it with int()): the component's
+        # default is the trainer's own.
+        metadata[KFP_DEFAULT] = defaults[name]
     if pipeline_default is not None:
         metadata |= {"pipeline_default": pipeline_default, "why": why}
     return field(default=None, metadata=metadata)
@@ -554,10 +561,6 @@ def exported_files(output_dir: Path, api: str) -> list[tuple[Path, str]]:
     return found
 
 
-def _copy_from(source, out) -> None:
-    shutil.copyfileobj(source, out)
-
-
 def export_model(output_dir: Path, model_dir: Path, *, api: str = "auto") -> None:
     """Copy the job's outputs (``exported_files``) into the Model artifact folder, each
     atomically."""
@@ -566,7 +569,7 @@ def export_model(output_dir: Path, model_dir: Path, *, api: str = "auto") -> Non
     for source, name in exported_files(output_dir, api):
         (model_dir / name).parent.mkdir(parents=True, exist_ok=True)
         with open(source, "rb") as handle:
-            write_atomic(model_dir / name, functools.partial(_copy_from, handle))
+            write_atomic(model_dir / name, functools.partial(shutil.copyfileobj, handle))
 
 
 def _read_json(path: Path) -> dict[str, Any]:

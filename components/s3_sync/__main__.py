@@ -91,7 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def options_from_args(args: argparse.Namespace):
     """The ``SyncOptions`` that the parsed command line asks for."""
-
     return SyncOptions(
         source=args.source,
         destination=args.destination,

@@ -1,4 +1,4 @@
-"""The transfer engines' common interface, the sizes they share, and the choice between them.
+"""The transfer engines' common interface and the sizes they share (the choice: ``engines.py``).
 
 - ``crt`` (``crt_engine.py``): the AWS Common Runtime's S3 client (``awscrt.s3``) signs, sends,
   retries and splits requests into parallel ranged parts / multipart uploads in native threads,
@@ -14,10 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    pass
+from typing import Protocol
 
 MiB = 1024 * 1024
 PART_SIZE = 8 * MiB

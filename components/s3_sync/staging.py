@@ -87,7 +87,6 @@ def stage(
     in S3 since (or between the nodes' stagings), and training on it would not be the data that
     was checked, cached and evaluated: ``DataChanged`` is raised and nothing is frozen.
     """
-
     folder = Path(root) / source_key(source)
     mirror = folder / "mirror"
     folder.mkdir(parents=True, exist_ok=True)

@@ -24,8 +24,12 @@ from components.launcher.step import (
     trainer_flag_inputs,
     trainer_setting,
 )
-from pipelines.cli_arguments import RENAMED_PARAMETERS
-from pipelines.parameters import PARAMETERS, step_parameters, trainer_parameters
+from pipelines.parameters import (
+    PARAMETERS,
+    RENAMED_PARAMETERS,
+    step_parameters,
+    trainer_parameters,
+)
 from trainer import config as trainer_config
 from trainer.flags import check_flags
 
