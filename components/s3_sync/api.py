@@ -71,6 +71,8 @@ def run_sync(options: SyncOptions) -> SyncReport:
             f"local I/O error in {local!r}: {exc}; check that the folder is writable, has free "
             "space and that no file stands where a folder is needed (or vice versa)"
         ) from exc
+    finally:
+        conn.close()  # no CRT thread outlives a sync: the caller may fork afterwards
     report.seconds = time.monotonic() - started
     log.debug("s3-sync: %s", report.summary())
     return report

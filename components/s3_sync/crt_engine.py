@@ -9,9 +9,9 @@ address as botocore resolves it) and receives the body.
 from __future__ import annotations
 
 import base64
-import contextlib
 import sys
 import threading
+from concurrent import futures
 from concurrent.futures import Future
 from typing import Any
 
@@ -156,9 +156,11 @@ class CrtEngine:
         for meta in inflight:
             if cancel:
                 meta.cancel()
-        for meta in inflight:
-            with contextlib.suppress(Exception):
-                meta.finished_future.result(timeout=_SHUTDOWN_WAIT_S)
+        # wait(), not result(): result() raises a failed request's error, and the traceback it
+        # gets (this frame, holding the requests) stays in the request's own future, a cycle
+        # through the CRT that keeps the request, its client and their threads for good
+        futures.wait([meta.finished_future for meta in inflight], timeout=_SHUTDOWN_WAIT_S)
+        self.client = None  # the connection's close ends it, even if a traceback holds us
 
 
 def _stream(temp_path: str, size: int, etag: str, on_bytes: OnBytes) -> StreamedFile:

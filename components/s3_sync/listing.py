@@ -72,13 +72,19 @@ def _crt_list_page(conn: S3Connection, loc: S3Location, token: str | None):
         params.insert(0, ("continuation-token", token))
     query = "&".join(f"{k}={quote(v, safe='-_.~')}" for k, v in params)
     body: list[bytes] = []
-    meta = conn.crt().make_request(
-        type=S3RequestType.DEFAULT,
-        request=conn.crt_request("GET", loc.bucket, "", query=query),
-        operation_name="ListObjectsV2",
-        on_body=lambda chunk, **_: body.append(bytes(chunk)),
+    # only the future is kept: a traceback through here must not keep the request, and with
+    # it the CRT client, alive (S3Connection.close waits for the client to end)
+    finished = (
+        conn.crt()
+        .make_request(
+            type=S3RequestType.DEFAULT,
+            request=conn.crt_request("GET", loc.bucket, "", query=query),
+            operation_name="ListObjectsV2",
+            on_body=lambda chunk, **_: body.append(bytes(chunk)),
+        )
+        .finished_future
     )
-    meta.finished_future.result()
+    finished.result()
     return ET.fromstring(b"".join(body))
 
 
