@@ -47,6 +47,17 @@ class S3Uri:
         """``s3://bucket/prefix`` (``s3://bucket`` without a prefix), no trailing slash."""
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
+    def holds(self, other: S3Uri) -> bool:
+        """Whether ``other`` is this place or lies inside it (whole segments: ``s3://b/data``
+        holds ``s3://b/data/x``, not ``s3://b/data2``)."""
+        if other.bucket != self.bucket:
+            return False
+        return (
+            not self.prefix
+            or other.prefix == self.prefix
+            or other.prefix.startswith(f"{self.prefix}/")
+        )
+
 
 def bucket_problem(bucket: str) -> str | None:
     """What S3's naming rules say against ``bucket``, or None."""

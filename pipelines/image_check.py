@@ -17,26 +17,19 @@ https or loopback addresses and never into a message.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import click
 
 from components import DEFAULT_IMAGE
-from pipelines.registry_credentials import (
-    DOCKER_HUB,
-    LOGIN_HINT_FILES,
-    RegistryCredentials,
-    find_credentials,
-    normalized_registry,
-)
+from kfp_ddp.image_reference import DOCKER_HUB, ImageReference, is_loopback, normalized_registry
+from pipelines.registry_credentials import LOGIN_HINT_FILES, RegistryCredentials, find_credentials
 
 SKIP_IMAGE_CHECK_FLAG = "--skip-image-check"
 TIMEOUT_S = 10.0
@@ -50,75 +43,8 @@ MANIFEST_MEDIA_TYPES = (
 )
 """A registry answers 404 for a manifest whose type the request does not accept."""
 MISSING_CODES = ("MANIFEST_UNKNOWN", "NAME_UNKNOWN")
-DOCKER_HUB_API = "registry-1.docker.io"
 RELEASE_WORKFLOW = ".github/workflows/release.yml"
-_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 _CHALLENGE_PARAM = re.compile(r'(?P<key>[A-Za-z]+)\s*=\s*(?:"(?P<quoted>[^"]*)"|(?P<bare>[^\s,]*))')
-
-
-@dataclass(frozen=True)
-class ImageReference:
-    """An image name split the way docker splits it."""
-
-    image: str
-    """As given, e.g. ``ghcr.io/kfp-ddp/kfp-ddp:0.1.0``."""
-    registry: str
-    """``ghcr.io``, ``docker.io``, ``127.0.0.1:5000``."""
-    repository: str
-    """``kfp-ddp/kfp-ddp``, ``library/python``."""
-    reference: str
-    """The tag, or the ``sha256:...`` digest."""
-
-    @classmethod
-    def parse(cls, image: str) -> ImageReference:
-        """``[registry/]repository[:tag][@digest]``; no registry means Docker Hub, no tag
-        ``latest``. Raises ValueError for a name docker would refuse."""
-        name, _, digest = image.strip().partition("@")
-        first, slash, rest = name.partition("/")
-        if slash and ("." in first or ":" in first or first == "localhost"):
-            registry, path = first, rest
-        else:
-            registry, path = DOCKER_HUB, name
-        tag = None
-        if ":" in path.rsplit("/", 1)[-1]:
-            path, _, tag = path.rpartition(":")
-        if normalized_registry(registry) == DOCKER_HUB and "/" not in path:
-            path = f"library/{path}"
-        if not path or not all(_COMPONENT.fullmatch(part) for part in path.split("/")):
-            raise ValueError(
-                f"{image!r} is not an image name (lowercase [registry/]repository[:tag][@digest])"
-            )
-        if tag is not None and not re.fullmatch(r"[\w][\w.-]{0,127}", tag):
-            raise ValueError(f"{image!r}: {tag!r} is not a tag")
-        if digest and not re.fullmatch(r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}", digest):
-            raise ValueError(f"{image!r}: {digest!r} is not a digest")
-        return cls(
-            image=image.strip(),
-            registry=registry,
-            repository=path,
-            reference=digest or tag or "latest",
-        )
-
-    @property
-    def endpoint(self) -> str:
-        """The registry's API base: ``https://ghcr.io``, ``http://127.0.0.1:5000``."""
-        host = DOCKER_HUB_API if normalized_registry(self.registry) == DOCKER_HUB else self.registry
-        return f"{'http' if is_loopback(host) else 'https'}://{host}"
-
-    @property
-    def manifest_url(self) -> str:
-        return f"{self.endpoint}/v2/{self.repository}/manifests/{self.reference}"
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost[:port]``, ``127.x.y.z[:port]``, ``[::1][:port]``."""
-    hostname = urllib.parse.urlsplit(f"//{host}").hostname or ""
-    if hostname == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(hostname).is_loopback
-    except ValueError:
-        return False
 
 
 class Lookup(NamedTuple):

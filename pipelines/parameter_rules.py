@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from kfp_ddp.image_reference import image_problem
 from kfp_ddp.s3_uri import s3_uri_problem
 
 Rule = Callable[[Any], "str | None"]
@@ -64,3 +65,9 @@ def baseline_uri(value: Any) -> str | None:
     if value.startswith("s3:") and s3_uri_problem(value, prefix_required=True):
         return f"write s3://bucket/key or '' ({s3_uri_problem(value, prefix_required=True)})"
     return None
+
+
+def image(value: Any) -> str | None:
+    """A container image name as docker and the OCI distribution spec write it."""
+    problem = image_problem(value)
+    return f"must be a container image reference: {problem}" if problem else None

@@ -151,6 +151,7 @@ PARAMETERS = (
         doc="""image of the training nodes.""",
         default=IMAGE,
         step_input="image",
+        rule=rules.image,
     ),
     Parameter(
         name="namespace",

@@ -21,8 +21,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DOCKER_HUB = "docker.io"
-DOCKER_HUB_ALIASES = ("docker.io", "index.docker.io", "registry-1.docker.io")
+from kfp_ddp.image_reference import DOCKER_HUB, normalized_registry
+
 DOCKER_HUB_HELPER_URL = "https://index.docker.io/v1/"
 """The server URL ``docker login`` files Docker Hub under (and hands to credential helpers)."""
 HELPER_TIMEOUT_S = 10.0
@@ -63,12 +63,6 @@ def auth_files() -> list[Path]:
     docker_config = os.environ.get("DOCKER_CONFIG")
     files.append((Path(docker_config) if docker_config else home / ".docker") / "config.json")
     return files
-
-
-def normalized_registry(registry: str) -> str:
-    """``index.docker.io`` and ``registry-1.docker.io`` → ``docker.io``; others unchanged."""
-    registry = registry.lower()
-    return DOCKER_HUB if registry in DOCKER_HUB_ALIASES else registry
 
 
 def _key_scope(key: str) -> str:

@@ -7,9 +7,9 @@ started from the Kubeflow UI fails in seconds instead of after a data sync and t
 a GPU job. In order:
 
 1. each parameter's own rule (``pipelines.parameters``);
-2. what concerns two of them (outputs inside the data), and ``overrides_json``: a JSON object
-   of launcher settings that no parameter sets (a parameter's setting is refused naming it; the
-   trainer's arguments are never replaced);
+2. what concerns two of them (the data, the models and the checkpoints in places apart), and
+   ``overrides_json``: a JSON object of launcher settings that no parameter sets (a
+   parameter's setting is refused naming it; the trainer's arguments are never replaced);
 3. the parts' own checks on what the training step would run — the trainer's check of each
    parameter's flag alone, the launcher's ``TrainSpec``, and (when nothing else failed) the
    trainer's check of all its flags with trainer_args. Their errors carry the field they
@@ -32,6 +32,7 @@ from components.launcher.step import (
     trainer_flag_inputs,
     training_spec,
 )
+from kfp_ddp.s3_uri import S3Uri, S3UriError, parse_s3_uri
 from pipelines.late_checks import configuration_problems
 from pipelines.parameter_errors import ArgumentError, ParameterError
 from pipelines.parameters import PARAMETERS, step_parameters
@@ -45,7 +46,9 @@ __all__ = ["ArgumentError", "ParameterError", "check_arguments"]
 def check_arguments(arguments: Mapping[str, Any]) -> None:
     """Raise ArgumentError listing every problem of ``arguments`` (the pipeline's, all given),
     each parameter named once."""
-    errors = list(_rules(arguments)) + list(_inside_the_data(arguments))
+    errors = list(_rules(arguments))
+    named = {error.field for error in errors}
+    errors += [e for e in _overlapping_places(arguments) if e.field not in named]
     errors += _overrides(arguments)
     named = {error.field for error in errors}
     errors += [e for e in _trainer_flag_errors(arguments) if e.field not in named]
@@ -68,18 +71,53 @@ def _rules(a: Mapping[str, Any]) -> Iterator[ParameterError]:
         yield ParameterError("storage", a.get("storage"), "object-store or shared-volume")
 
 
-def _inside_the_data(a: Mapping[str, Any]) -> Iterator[ParameterError]:
-    """Outputs written under data_uri would be synced as training data by the next run."""
-    data = str(a.get("data_uri", "")).rstrip("/") + "/"
-    for parameter, what in (("publish_uri", "models"), ("checkpoint_uri", "checkpoints")):
-        value = str(a.get(parameter) or "")
-        if value.rstrip("/").startswith(data):
+def _overlapping_places(a: Mapping[str, Any]) -> Iterator[ParameterError]:
+    """The data, the published models and the checkpoints each have a place of their own:
+    outputs in the data would be trained on next run, data in an output place would be
+    published or pruned with it. Each pair is checked both ways and named with both values;
+    checkpoint_uri may lie inside publish_uri (its default is <publish_uri>/training: published
+    models go to <publish_uri>/<run id>/ beside it), but not be it."""
+    places = {
+        name: _s3_place(a.get(name)) for name in ("data_uri", "publish_uri", "checkpoint_uri")
+    }
+    for outer, inner, both_ways in _PLACE_PAIRS:
+        first, second = places[outer], places[inner]
+        if first is None or second is None:
+            continue  # not given, or not a URI (its own rule says so)
+        if first == second:
             yield ParameterError(
-                parameter,
-                value,
-                f"lies inside data_uri={a.get('data_uri')!r}: {what} would be synced as "
-                "training data next run; keep them elsewhere",
+                inner, a[inner], f"is {outer}={a[outer]!r} itself: {_PLACE_WHY[inner]}"
             )
+        elif first.holds(second):
+            yield ParameterError(
+                inner, a[inner], f"lies inside {outer}={a[outer]!r}: {_PLACE_WHY[inner]}"
+            )
+        elif both_ways and second.holds(first):
+            yield ParameterError(
+                inner, a[inner], f"holds {outer}={a[outer]!r}: {_PLACE_WHY[outer]}"
+            )
+
+
+_PLACE_PAIRS = (
+    ("data_uri", "publish_uri", True),
+    ("data_uri", "checkpoint_uri", True),
+    ("checkpoint_uri", "publish_uri", False),
+)
+"""(outer, inner, checked the other way too): the error names ``inner``."""
+_PLACE_WHY = {
+    "data_uri": "the data set would share its place with outputs; give each its own prefix",
+    "publish_uri": "the models would be synced as training data next run, or pruned with the "
+    "checkpoints; keep them elsewhere, e.g. s3://my-bucket/models/cats",
+    "checkpoint_uri": "the checkpoints would be synced as training data next run; keep them "
+    "elsewhere, e.g. s3://my-bucket/checkpoints/cats",
+}
+
+
+def _s3_place(value: Any) -> S3Uri | None:
+    try:
+        return parse_s3_uri(value) if value else None
+    except S3UriError:
+        return None
 
 
 def _overrides(a: Mapping[str, Any]) -> list[ParameterError]:

@@ -8,6 +8,7 @@ from kfp import dsl
 from kfp.dsl.python_component import PythonComponent
 
 from components import DEFAULT_IMAGE
+from kfp_ddp.image_reference import image_problem
 
 
 def make_component(
@@ -20,10 +21,9 @@ def make_component(
     ``task_config_passthroughs``: the task settings KFP forwards to ``func``'s ``dsl.TaskConfig``
     input instead of (or besides) applying them to the step's pod.
     """
-    if not image or any(c.isspace() for c in image):
-        raise ValueError(
-            f"image={image!r} is not a container image reference, e.g. {DEFAULT_IMAGE!r}"
-        )
+    problem = image_problem(image)
+    if problem:
+        raise ValueError(f"image={image!r} is not a container image reference: {problem}")
     return dsl.component(
         func,
         base_image=image,

@@ -26,6 +26,7 @@ from components.launcher.pod_paths import (
     scratch_clash,
     scratch_dir_at,
 )
+from kfp_ddp.image_reference import image_problem
 from kfp_ddp.s3_uri import s3_uri_problem
 
 if TYPE_CHECKING:  # the checks read a TrainSpec; spec.py imports this module
@@ -233,8 +234,9 @@ def _check_identity(spec: TrainSpec) -> None:
     _check_pod_names(spec)
     if len(spec.namespace) > 63 or not DNS1123_LABEL.match(spec.namespace):
         _fail(spec, "namespace", "must be a DNS-1123 label such as kubeflow-user")
-    if not isinstance(spec.image, str) or not spec.image or any(c.isspace() for c in spec.image):
-        _fail(spec, "image", f"must be a container image reference, e.g. {DEFAULT_IMAGE}")
+    problem = image_problem(spec.image)
+    if problem:
+        _fail(spec, "image", f"must be a container image reference: {problem}")
     if spec.command is not None and (
         not isinstance(spec.command, list)
         or not spec.command

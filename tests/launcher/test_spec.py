@@ -67,6 +67,8 @@ from components.launcher.spec import UNSUPPORTED
         ({"ttl_seconds_after_finished": -5}, "ttl_seconds_after_finished"),
         ({"termination_grace_period_seconds": -1}, "termination_grace_period_seconds"),
         ({"host_network": "yes"}, "host_network"),
+        ({"image": "Registry.Example.com/Team/KFP-DDP:V1"}, "image"),
+        ({"image": "ghcr.io/team/ddp:1 "}, "image"),
     ],
 )
 def test_bad_values_name_field_value_and_fix(kwargs, field):

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from kfp_ddp.image_reference import ImageReference
 from pipelines import image_check
 from pipelines.image_check import (
     ImageMissing,
-    ImageReference,
     ImageUnchecked,
     check_images,
     lookup,
@@ -70,35 +70,6 @@ def pushed_with_login(
 
 
 # --- names ---------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("image", "registry", "repository", "reference", "endpoint"),
-    [
-        ("ghcr.io/kfp-ddp/kfp-ddp:0.1.0", "ghcr.io", "kfp-ddp/kfp-ddp", "0.1.0", "https://ghcr.io"),
-        ("python", "docker.io", "library/python", "latest", "https://registry-1.docker.io"),
-        ("docker.io/python:3.11", "docker.io", "library/python", "3.11", "https://registry-1.docker.io"),
-        ("index.docker.io/me/ddp:1", "index.docker.io", "me/ddp", "1", "https://registry-1.docker.io"),
-        ("me/ddp:1", "docker.io", "me/ddp", "1", "https://registry-1.docker.io"),
-        ("localhost:5000/a/b:c", "localhost:5000", "a/b", "c", "http://localhost:5000"),
-        ("localhost/kfp-ddp:1", "localhost", "kfp-ddp", "1", "http://localhost"),
-        (f"127.0.0.1:5000/x@{DIGEST}", "127.0.0.1:5000", "x", DIGEST, "http://127.0.0.1:5000"),
-        ("[::1]:5000/x:1", "[::1]:5000", "x", "1", "http://[::1]:5000"),
-        ("registry.example:5000/team/ddp:1", "registry.example:5000", "team/ddp", "1",
-         "https://registry.example:5000"),
-    ],
-)  # fmt: skip
-def test_image_names_split_like_docker(
-    image: str, registry: str, repository: str, reference: str, endpoint: str
-) -> None:
-    ref = ImageReference.parse(image)
-    assert (ref.registry, ref.repository, ref.reference, ref.endpoint) == (
-        registry,
-        repository,
-        reference,
-        endpoint,
-    )
-    assert ref.manifest_url == f"{endpoint}/v2/{repository}/manifests/{reference}"
 
 
 @pytest.mark.parametrize("image", ["", "Not An Image", "ghcr.io/UPPER/x:1", "x:bad tag", "x@md5:1"])

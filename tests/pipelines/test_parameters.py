@@ -140,3 +140,65 @@ def test_label_smoothing_changes_the_run_folder_only_when_set():
     assert run_key(base) != run_key(smoothed)
     assert "--label-smoothing" not in trainer_args_for(base)
     assert trainer_args_for(smoothed)[-2:] == ["--label-smoothing", "0.1"]
+
+
+DATA = "s3://my-bucket/datasets/cats"
+
+
+@pytest.mark.parametrize(
+    ("given", "parameter", "words"),
+    [
+        ({"publish_uri": DATA}, "publish_uri", f"is data_uri={DATA!r} itself"),
+        ({"publish_uri": f"{DATA}/"}, "publish_uri", f"is data_uri={DATA!r} itself"),
+        ({"publish_uri": f"{DATA}/models"}, "publish_uri", f"lies inside data_uri={DATA!r}"),
+        ({"publish_uri": "s3://my-bucket/datasets"}, "publish_uri", f"holds data_uri={DATA!r}"),
+        ({"checkpoint_uri": DATA}, "checkpoint_uri", f"is data_uri={DATA!r} itself"),
+        ({"checkpoint_uri": f"{DATA}/ckpt"}, "checkpoint_uri", "lies inside data_uri"),
+        ({"checkpoint_uri": "s3://my-bucket/datasets"}, "checkpoint_uri", "holds data_uri"),
+        (
+            {"checkpoint_uri": "s3://my-bucket/m"},
+            "publish_uri",
+            "is checkpoint_uri='s3://my-bucket/m' itself",
+        ),
+        (
+            {"publish_uri": "s3://my-bucket/ckpt/models", "checkpoint_uri": "s3://my-bucket/ckpt"},
+            "publish_uri",
+            "lies inside checkpoint_uri='s3://my-bucket/ckpt'",
+        ),
+    ],
+)
+def test_data_models_and_checkpoints_each_have_a_place_of_their_own(given, parameter, words):
+    """Equal or nested either way is refused, naming both parameters and their values."""
+    errors = problems_of(**given)
+    assert [error.field for error in errors] == [parameter]
+    assert words in str(errors[0])
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"publish_uri": "s3://my-bucket/datasets/cats2"},  # a sibling sharing the name's start
+        {"publish_uri": "s3://other-bucket/datasets/cats"},
+        {"checkpoint_uri": "s3://my-bucket/m/training"},  # inside publish_uri, as by default
+    ],
+)
+def test_places_apart_pass(given):
+    from pipelines.cli_arguments import with_defaults
+
+    arguments = with_defaults({"data_uri": DATA, "publish_uri": "s3://my-bucket/m"} | given)
+    arguments |= {"backend": "kubernetes", "workspace_path": "/workspace"}
+    arguments |= {"storage": "object-store", "cluster_settings": ""}
+    check_arguments(arguments)
+
+
+@pytest.mark.parametrize(
+    ("image", "words"),
+    [
+        ("Registry.Example.com/Team/KFP-DDP:V1", "repository paths are lowercase"),
+        ("ghcr.io/team/kfp-ddp:-v1", "is not a tag"),
+    ],
+)
+def test_an_image_a_runtime_would_refuse_is_refused_by_name(image, words):
+    errors = problems_of(image=image)
+    assert [error.field for error in errors] == ["image"]
+    assert words in str(errors[0])
