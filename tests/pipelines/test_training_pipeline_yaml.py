@@ -203,8 +203,11 @@ def test_structure_gate_retries_caching_and_exit_handler(docs: tuple[dict, dict]
     assert tasks["training-job-component"]["inputs"]["parameters"]["api"] == {
         "componentInputParameter": "pipelinechannel--api"
     }
-    # The launcher step is retried (it re-attaches to its job).
-    assert tasks["training-job-component"]["retryPolicy"]["maxRetryCount"] == 2
+    # The launcher step is retried (it re-attaches to its job), at once: a retry after a
+    # permanent failure only reads the failure and fails, and no wait should delay that.
+    retry = tasks["training-job-component"]["retryPolicy"]
+    assert retry["maxRetryCount"] == 2
+    assert retry["backoffDuration"] == "0s" and retry["backoffFactor"] == 1.0
     # The exit handler's task deletes leftover TrainJobs/PyTorchJobs of this run.
     root = pipeline_doc["root"]["dag"]["tasks"]
     assert root["cleanup-component"]["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
