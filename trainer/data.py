@@ -20,6 +20,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from trainer.errors import DataError
+from trainer.image_modes import to_rgb
 from trainer.listing import IMAGE_EXTENSIONS as IMAGE_EXTENSIONS
 from trainer.listing import ImageListing
 from trainer.listing import list_images as list_images
@@ -37,12 +38,12 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 
 # --------------------------------------------------------------------------------- decoding (PIL)
 def load_image(path: Path | str) -> Image.Image:
-    """Decode ``path`` with PIL as RGB; :class:`DataError` naming the file if it is unreadable."""
+    """Decode ``path`` with PIL as upright 8-bit RGB (:func:`trainer.image_modes.to_rgb`);
+    :class:`DataError` naming the file if it is unreadable or its mode has no one RGB reading."""
     try:
         with Image.open(path) as image:
             image.load()
-            # convert() copies even an RGB image; most JPEGs are RGB already.
-            return image if image.mode == "RGB" else image.convert("RGB")
+            return to_rgb(image)  # an upright RGB JPEG (most of them) is returned, not copied
     except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as err:
         raise DataError(f"cannot read image {path}: {err}; fix or delete the file") from err
 

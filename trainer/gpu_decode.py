@@ -28,11 +28,13 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from trainer.errors import DataError
+from trainer.image_modes import to_rgb
 from trainer.randomness import SampleAugmentation
 from trainer.tv_compat import import_torchvision
 
 GPU_COLOUR_MODES = ("RGB", "L")
 """JPEG colour modes handed to nvJPEG as they are (decoded to RGB there, as PIL's convert does)."""
+EXIF_ORIENTATION = 0x0112
 FALLBACK_QUALITY = 95
 NO_AUGMENTATION = (-1, -1, -1, -1, 0)
 """The window row of an image that gets the evaluation resize and centre crop."""
@@ -57,9 +59,12 @@ def read_encoded(path: str) -> EncodedImage:
             data = handle.read()
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
-            if image.format == "JPEG" and image.mode in GPU_COLOUR_MODES:
+            upright = image.getexif().get(EXIF_ORIENTATION, 1) == 1  # nvJPEG ignores EXIF
+            if image.format == "JPEG" and image.mode in GPU_COLOUR_MODES and upright:
                 return EncodedImage(data, height, width)
-            rgb = image.convert("RGB")
+            image.load()
+            rgb = to_rgb(image)
+            width, height = rgb.size
     except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as err:
         raise DataError(f"cannot read image {path}: {err}; fix or delete the file") from err
     buffer = io.BytesIO()

@@ -29,11 +29,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from kfp_ddp.atomic_files import write_atomic, write_json_atomic
 from trainer.distributed import available_cpus
 from trainer.errors import EXIT_CONFIG, EXIT_DATA, EXIT_OK, ConfigError
+from trainer.image_modes import to_rgb
 from trainer.listing import IMAGE_EXTENSIONS
 
 MANIFEST = ".prepare.json"
@@ -157,11 +158,15 @@ def _reencoded(source: Path, short_side: int, quality: int) -> bytes | None:
         if min(width, height) <= short_side:
             return None
         scale = short_side / min(width, height)
-        size = (max(1, round(width * scale)), max(1, round(height * scale)))
+        stored = (max(1, round(width * scale)), max(1, round(height * scale)))
         # Let libjpeg decode at 1/2, 1/4 or 1/8 scale where that still leaves >= size pixels.
-        image.draft(image.mode if image.mode in ("RGB", "L") else "RGB", size)
-        rgb = image if image.mode in ("RGB", "L") else image.convert("RGB")
-        resized = rgb.resize(size, Image.Resampling.BICUBIC)
+        image.draft(image.mode if image.mode in ("RGB", "L") else "RGB", stored)
+        image.load()
+        # upright (the copy keeps no EXIF orientation); grey stays grey, a third of the bytes
+        picture = ImageOps.exif_transpose(image) if image.mode == "L" else to_rgb(image)
+        turned = (picture.width > picture.height) != (width > height)  # a quarter turn
+        size = stored[::-1] if turned else stored
+        resized = picture.resize(size, Image.Resampling.BICUBIC)
     buffer = io.BytesIO()
     resized.save(buffer, format="JPEG", quality=quality)
     return buffer.getvalue()

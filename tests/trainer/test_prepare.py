@@ -117,3 +117,16 @@ def test_runs_as_a_module(tmp_path, source):
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1].removeprefix("[prepare] "))
     assert summary["reencoded"] == 3 and summary["failed"] == 0
+
+
+def test_a_sideways_photo_is_reencoded_upright(tmp_path):
+    """The copy keeps no EXIF orientation, so it is applied before the resize."""
+    source = tmp_path / "src" / "train" / "ant" / "phone.jpg"
+    source.parent.mkdir(parents=True)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored 600x400, shown 400x600
+    Image.new("RGB", (600, 400), (10, 200, 10)).save(source, exif=exif, quality=90)
+    assert main([str(tmp_path / "src"), str(tmp_path / "dst"), "--workers", "1"]) == 0
+    with Image.open(tmp_path / "dst" / "train" / "ant" / "phone.jpg") as copy:
+        assert copy.size == (256, 384)
+        assert copy.getexif().get(0x0112, 1) == 1
