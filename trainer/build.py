@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
@@ -56,6 +56,8 @@ class DataParts:
     class_names: list[str]
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    skipped_images: list[str] = field(default_factory=list)
+    """Keys of the unreadable images left out (``--skip-bad-images``)."""
 
 
 def build_data(
@@ -109,7 +111,11 @@ def _folder_data(
     for warning in folder.warnings:
         log.line(f"WARNING: {warning}")
     return DataParts(
-        data=folder.data, class_names=folder.class_names, mean=IMAGENET_MEAN, std=IMAGENET_STD
+        data=folder.data,
+        class_names=folder.class_names,
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+        skipped_images=[bad.key for bad in folder.skipped],
     )
 
 

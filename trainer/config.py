@@ -87,6 +87,9 @@ class TrainConfig:
     """Seed of every random choice (init, sampling order, augmentation, dropout)."""
     deterministic: bool = False
     """Deterministic algorithms (bit-exact reruns and resumes; slower on GPU)."""
+    skip_bad_images: bool = False
+    """Train without the images that cannot be read (named in the run log and in summary.json's
+    skipped_images); default: stop before step 1, listing every one of them."""
     checkpoint_every_steps: int = 500
     """Save a checkpoint every N steps (also at the end and on SIGTERM); 0: only those."""
     keep_checkpoints: int = 3

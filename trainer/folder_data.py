@@ -28,12 +28,22 @@ from trainer.data import (
     Normalizer,
     estimated_cache_bytes,
 )
-from trainer.distributed import DistEnv, processes_on_this_machine
+from trainer.distributed import DistEnv, available_cpus, processes_on_this_machine
 from trainer.errors import ConfigError
 from trainer.gpu_decode import gpu_decode_problem
+from trainer.image_check import (
+    SHOWN,
+    BadImage,
+    bad_images_error,
+    find_bad_images,
+    gathered,
+    without,
+)
 from trainer.listing import ImageListing, shared_splits
 from trainer.loader import StreamedImages, default_num_workers, prefetch_depth, shm_bytes
 
+CHECK_THREADS_MAX = 32
+"""Threads per process reading the images once before step 1."""
 SIZE_SAMPLE = 64
 """Files whose sizes estimate a batch of encoded JPEGs (``--decode gpu``)."""
 
@@ -47,6 +57,8 @@ class FolderData:
     description: str
     """One line for the run log: sizes, classes, and how the images reach the device."""
     warnings: list[str] = field(default_factory=list)
+    skipped: list[BadImage] = field(default_factory=list)
+    """The unreadable images left out (``--skip-bad-images``)."""
 
 
 def resolve_decode(setting: str, device: torch.device) -> tuple[str, str | None]:
@@ -71,7 +83,7 @@ def build_folder_data(cfg: TrainConfig, env: DistEnv, device: torch.device, grou
         group=group,
         is_main=env.is_main,
     )
-    train, val = splits.train, splits.val
+    train, val, skipped = _readable(cfg, env, group, splits.train, splits.val)
     normalize = Normalizer(IMAGENET_MEAN, IMAGENET_STD, device, bool(cfg.channels_last))
     common: dict[str, Any] = dict(
         image_size=cfg.image_size,
@@ -87,7 +99,11 @@ def build_folder_data(cfg: TrainConfig, env: DistEnv, device: torch.device, grou
     if cfg.cache_images == "always" or (cfg.cache_images == "auto" and size <= CACHE_LIMIT_BYTES):
         data: CachedImages | StreamedImages = CachedImages(train, val, **common)
         return FolderData(
-            data=data, class_names=splits.class_names, description=f"{sizes}, cached in memory"
+            data=data,
+            class_names=splits.class_names,
+            description=f"{sizes}, cached in memory",
+            warnings=_skipped_warning(skipped),
+            skipped=skipped,
         )
 
     decode, decode_note = resolve_decode(cfg.decode, device)
@@ -118,8 +134,39 @@ def build_folder_data(cfg: TrainConfig, env: DistEnv, device: torch.device, grou
             f"{sizes}, streamed from files (decode on {decode}, {workers} workers per process, "
             f"prefetch {prefetch} batches each)"
         ),
-        warnings=[note for note in (decode_note, shm_warning) if note],
+        warnings=[note for note in (decode_note, shm_warning) if note] + _skipped_warning(skipped),
+        skipped=skipped,
     )
+
+
+def _readable(
+    cfg: TrainConfig, env: DistEnv, group, train: ImageListing, val: ImageListing
+) -> tuple[ImageListing, ImageListing, list[BadImage]]:
+    """``train`` and ``val`` once every image was read (:mod:`trainer.image_check`): unchanged,
+    less the unreadable ones (``--skip-bad-images``), or a DataError listing all of those."""
+    assert cfg.data_dir is not None
+    data_dir = Path(cfg.data_dir)
+    threads = min(CHECK_THREADS_MAX, max(1, available_cpus() // processes_on_this_machine(env)))
+    mine = find_bad_images(
+        (train, val), data_dir, rank=env.rank, world_size=env.world_size, threads=threads
+    )
+    bad = gathered(mine, group)
+    if not bad:
+        return train, val, []
+    if not cfg.skip_bad_images:
+        raise bad_images_error(bad, len(train) + len(val))
+    return without(train, bad, data_dir), without(val, bad, data_dir), bad
+
+
+def _skipped_warning(skipped: list[BadImage]) -> list[str]:
+    if not skipped:
+        return []
+    shown = ", ".join(b.key for b in skipped[:SHOWN])
+    more = f" and {len(skipped) - SHOWN} more" if len(skipped) > SHOWN else ""
+    return [
+        f"--skip-bad-images: {len(skipped)} unreadable images left out (see summary.json): "
+        f"{shown}{more}"
+    ]
 
 
 def _encoded_image_bytes(listing: ImageListing) -> int:

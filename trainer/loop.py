@@ -569,6 +569,7 @@ class Trainer:
             wall_seconds=time.perf_counter() - self.started,
             in_sync=in_sync,
             final=final,
+            skipped_images=self.inputs.skipped_images,
         )
 
     def _barrier(self) -> None:

@@ -32,6 +32,7 @@ def run_summary(
     wall_seconds: float,
     in_sync: bool,
     final: Progress,
+    skipped_images: list[str],
 ) -> dict[str, Any]:
     """The summary of a run that ended at ``state.step``; ``final``: its last progress figures."""
     history = state.history
@@ -58,6 +59,7 @@ def run_summary(
         "precision": precision,
         "device": device,
         "replicas_in_sync": in_sync,
+        "skipped_images": {"count": len(skipped_images), "keys": skipped_images},
         SUMMARY_KEY: final.trainer_status(),  # the final progress figures, as reported
     }
 

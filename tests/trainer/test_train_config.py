@@ -124,7 +124,9 @@ def test_unreadable_image_exits_3_naming_it(tmp_path, data, capsys):
     broken.write_bytes(b"\x89PNG not really")
     code = main(["--data-dir", str(data), "--output-dir", str(tmp_path / "out"), *TINY])
     assert code == 3
-    assert f"cannot read image {broken}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "1 of " in err and "images cannot be read" in err
+    assert "train/circle/broken.png (class circle)" in err
 
 
 def test_checkpoint_of_another_model_is_a_config_error(tmp_path, data, capsys):

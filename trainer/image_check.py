@@ -1,0 +1,129 @@
+"""Every image read once before step 1, and every unreadable one named in one error.
+
+Without it a data set with bad files fails one file at a time, each time after the start-up of
+every node (a truncated PNG, then a zero-byte JPEG, then a 16-bit float TIFF...). Here each rank
+reads its share of the files (every ``world_size``-th, from its rank), in threads (Pillow
+decodes without the GIL), and the ranks gather what failed: every rank raises the same
+:class:`DataError` listing all of them, by their key under the data folder (the same key under
+``data_uri``), class and problem.
+
+The read is cheap by design: JPEGs are decoded at 1/8 scale (``Image.draft``: the whole
+entropy-coded stream is still read, so a truncated file fails, but the inverse DCT is 64 times
+smaller), other formats in full, then converted as the loaders convert them
+(:func:`trainer.image_modes.to_rgb`), so a mode they refuse is refused here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+from PIL import Image
+
+from trainer.errors import DataError
+from trainer.image_modes import to_rgb
+from trainer.listing import ImageListing
+
+DRAFT_SIZE = (32, 32)
+"""The size a JPEG is decoded at to check it (libjpeg picks the scale that still covers it)."""
+SHOWN = 20
+"""Bad files listed in the error (all of them are counted)."""
+_IN_FLIGHT_PER_THREAD = 16
+
+
+@dataclass(frozen=True)
+class BadImage:
+    key: str
+    """The file's path under the data folder, ``train/<class>/<name>``."""
+    class_name: str
+    problem: str
+
+
+def read_problem(path: str) -> str | None:
+    """What stops ``path`` from being read as an image, None if it reads."""
+    try:
+        with Image.open(path) as image:
+            if image.format == "JPEG":
+                image.draft("RGB", DRAFT_SIZE)
+            image.load()
+            to_rgb(image)
+    except Exception as err:  # noqa: BLE001 - any failure to read is the file's (PNG: SyntaxError)
+        return str(err) or type(err).__name__
+    return None
+
+
+def find_bad_images(
+    listings: Iterable[ImageListing], data_dir: Path, *, rank: int, world_size: int, threads: int
+) -> list[BadImage]:
+    """This rank's share of the unreadable files of ``listings`` (every ``world_size``-th
+    file of each, from ``rank``), read by ``threads`` threads, a bounded number in flight."""
+    bad = []
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="image-check") as pool:
+        for listing in listings:
+            indices = range(rank, len(listing), world_size)
+            for index, problem in _streamed(pool, listing, indices, threads):
+                if problem is not None:
+                    path = Path(listing.path(index))
+                    bad.append(
+                        BadImage(
+                            key=os.fspath(path.relative_to(data_dir)),
+                            class_name=listing.class_names[listing.label(index)],
+                            problem=problem,
+                        )
+                    )
+    return bad
+
+
+def _streamed(
+    pool: ThreadPoolExecutor, listing: ImageListing, indices: range, threads: int
+) -> Iterator[tuple[int, str | None]]:
+    """``(index, problem)`` in order, with at most a few reads per thread queued (a listing
+    of a million files is never turned into a million futures)."""
+    window = max(1, threads) * _IN_FLIGHT_PER_THREAD
+    todo = iter(indices)
+    pending = deque((i, pool.submit(read_problem, listing.path(i))) for i in islice(todo, window))
+    while pending:
+        index, future = pending.popleft()
+        yield index, future.result()
+        for i in islice(todo, 1):
+            pending.append((i, pool.submit(read_problem, listing.path(i))))
+
+
+def gathered(bad: list[BadImage], group) -> list[BadImage]:
+    """Every rank's bad images, on every rank of ``group`` (None: a one-process run), sorted."""
+    if group is None:
+        return sorted(bad, key=lambda b: b.key)
+    import torch.distributed as dist
+
+    everyone: list[list[BadImage] | None] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, bad, group=group)
+    return sorted((b for part in everyone for b in part or ()), key=lambda b: b.key)
+
+
+def bad_images_error(bad: list[BadImage], total: int) -> DataError:
+    """One error naming the bad files (the first ``SHOWN``) and counting all of them."""
+    lines = [f"  {b.key} (class {b.class_name}): {b.problem}" for b in bad[:SHOWN]]
+    if len(bad) > SHOWN:
+        lines.append(f"  ... and {len(bad) - SHOWN} more")
+    return DataError(
+        f"{len(bad)} of {total} images cannot be read (keys under the data folder, the same "
+        "under data_uri):\n" + "\n".join(lines) + "\nfix or delete these files in the data set "
+        "(or pass --skip-bad-images to train without them, counted in summary.json)"
+    )
+
+
+def without(listing: ImageListing, bad: list[BadImage], data_dir: Path) -> ImageListing:
+    """``listing`` less the files in ``bad``."""
+    keys = {b.key for b in bad}
+    root = os.fspath(listing.root.relative_to(data_dir))
+    keep = [
+        i
+        for i in range(len(listing))
+        if os.path.join(root, listing.class_names[listing.label(i)], listing.name(i)) not in keys
+    ]
+    return listing if len(keep) == len(listing) else listing.select(keep)
