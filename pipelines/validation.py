@@ -26,6 +26,7 @@ from typing import Any
 from components.launcher import SpecError
 from components.launcher.step import (
     StepOverrides,
+    flag_args,
     TrainingStepInputs,
     spec_field_input,
     trainer_args_for,
@@ -195,7 +196,7 @@ def _trainer_flag_errors(a: Mapping[str, Any]) -> list[ParameterError]:
         if parameter is None or parameter not in a:
             continue
         try:  # the parameter's own value: 0 and "" are values here, not "the trainer's default"
-            check_flags([flag, str(a[parameter])])
+            check_flags(flag_args(flag, a[parameter]))
         except ConfigError as exc:
             errors.append(ParameterError(parameter, a[parameter], str(exc)))
     return errors

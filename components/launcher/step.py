@@ -179,6 +179,7 @@ class TrainingStepInputs:
         "checkpoint_every_steps", pipeline_default=200, why=CHECKPOINT_DEFAULT_WHY
     )
     label_smoothing: float | None = trainer_setting("label_smoothing")
+    skip_bad_images: bool | None = trainer_setting("skip_bad_images")
     metrics_port: int = 0
     """Prometheus metrics port of every trainer process (local rank k on
     metrics_port + k), opened on every pod with a PodMonitor and hang/throughput
@@ -374,6 +375,14 @@ def trainer_flag_inputs(inputs_class: type = TrainingStepInputs) -> dict[str, st
     return {f.name: f.metadata["flag"] for f in fields(inputs_class) if "flag" in f.metadata}
 
 
+def flag_args(flag: str, value: Any) -> list[str]:
+    """``value`` of the trainer's ``flag`` as arguments: a switch (a bool) is ``--name`` or
+    ``--no-name``, anything else ``--name value``."""
+    if isinstance(value, bool):
+        return [flag if value else f"--no-{flag.removeprefix('--')}"]
+    return [flag, str(value)]
+
+
 def trainer_args_for(inputs: TrainingStepInputs) -> list[str]:
     """The trainer's flags: each trainer setting that is not None, then ``trainer_args``."""
     data_dir = STAGED_DATA if inputs.data_uri else inputs.data_dir
@@ -384,7 +393,7 @@ def trainer_args_for(inputs: TrainingStepInputs) -> list[str]:
     for name, flag in trainer_flag_inputs(type(inputs)).items():
         value = getattr(inputs, name)
         if value is not None:
-            args += [flag, str(value)]
+            args += flag_args(flag, value)
     return args + [str(a) for a in inputs.trainer_args or []]
 
 

@@ -202,3 +202,18 @@ def test_an_image_a_runtime_would_refuse_is_refused_by_name(image, words):
     errors = problems_of(image=image)
     assert [error.field for error in errors] == ["image"]
     assert words in str(errors[0])
+
+
+@pytest.mark.parametrize(
+    ("value", "flag"), [("true", "--skip-bad-images"), ("false", "--no-skip-bad-images")]
+)
+def test_a_switch_reaches_the_trainer_as_a_switch(value, flag):
+    result = CliRunner().invoke(main, ["render", *REQUIRED, "-p", f"skip_bad_images={value}"])
+    assert result.exit_code == 0, result.output
+    assert flag in result.output
+
+
+def test_a_switch_left_alone_is_the_trainers_default():
+    result = CliRunner().invoke(main, ["render", *REQUIRED])
+    assert result.exit_code == 0, result.output
+    assert "--no-skip-bad-images" in result.output

@@ -46,6 +46,7 @@ def test_the_step_declares_the_trainer_settings_the_pipeline_offers():
         "image_size",
         "checkpoint_every_steps",
         "label_smoothing",
+        "skip_bad_images",
     ]
 
 

@@ -39,6 +39,7 @@ EXPECTED_PARAMETERS = {
     "batch_size": "NUMBER_INTEGER",
     "lr": "NUMBER_DOUBLE",
     "label_smoothing": "NUMBER_DOUBLE",
+    "skip_bad_images": "BOOLEAN",
     "image_size": "NUMBER_INTEGER",
     "checkpoint_every_steps": "NUMBER_INTEGER",
     "metrics_port": "NUMBER_INTEGER",
