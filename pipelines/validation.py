@@ -26,8 +26,8 @@ from typing import Any
 from components.launcher import SpecError
 from components.launcher.step import (
     StepOverrides,
-    flag_args,
     TrainingStepInputs,
+    flag_args,
     spec_field_input,
     trainer_args_for,
     trainer_flag_inputs,
