@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,10 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 SPLITS = ("train", "val")
 
 
+CLASSES_SHOWN = 50
+"""Classes whose image counts the data step prints (all are in its metadata)."""
+UNUSED_SHOWN = 20
+"""Skipped files named in the data step's notes (all are counted)."""
 MIN_CLASSES = 2
 """A classifier needs at least two classes in train/ (one class trains nothing)."""
 
@@ -68,11 +72,22 @@ class StagedDataset:
     bytes_total: int
     seconds: float
     classes: int
+    images: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Images per class of each split."""
+    unused: list[str] = field(default_factory=list)
+    """Files the training skips (``unused_files``)."""
+    notes: list[str] = field(default_factory=list)
+
+    def report_lines(self) -> list[str]:
+        """The images per class of each split, then the notes (the files to be skipped)."""
+        return [per_class(self.images), *self.notes]
 
     def metadata(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "destination": str(self.snapshot),
+            "images": self.images,
+            "unused_files": len(self.unused),
             "files": self.files,
             "bytes": self.bytes_total,
             "digest": self.digest,
@@ -109,13 +124,16 @@ def stage_dataset(
     data_uri: str, workspace: str | os.PathLike, *, endpoint_url: str | None = None
 ) -> StagedDataset:
     """Sync ``data_uri`` into the workspace, check its layout, freeze it (see the module doc)."""
-    found: dict[str, int] = {}
+    found: dict[str, Layout] = {}
+
+    def check(mirror: Path) -> None:
+        found["layout"] = folder_layout(mirror)
+        found["layout"].check(data_uri)
+
     staged = staging.stage(
-        data_uri,
-        Path(workspace) / "data",
-        endpoint_url=endpoint_url,
-        check=lambda mirror: found.update(classes=check_layout(mirror, data_uri)),
+        data_uri, Path(workspace) / "data", endpoint_url=endpoint_url, check=check
     )
+    layout = found["layout"]
     report = staged.report
     return StagedDataset(
         source=data_uri,
@@ -127,7 +145,10 @@ def stage_dataset(
         deleted=report.deleted,
         bytes_total=report.bytes_total,
         seconds=report.seconds,
-        classes=found["classes"],
+        classes=len(layout.splits["train"]),
+        images=layout.images(),
+        unused=layout.unused,
+        notes=layout.notes(),
     )
 
 
@@ -143,10 +164,21 @@ class ListedDataset:
     bytes_total: int
     classes: int
     seconds: float
+    images: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Images per class of each split."""
+    unused: list[str] = field(default_factory=list)
+    """Files the training skips (``unused_files``)."""
+    notes: list[str] = field(default_factory=list)
+
+    def report_lines(self) -> list[str]:
+        """The images per class of each split, then the notes (the files to be skipped)."""
+        return [per_class(self.images), *self.notes]
 
     def metadata(self) -> dict[str, Any]:
         return {
             "source": self.source,
+            "images": self.images,
+            "unused_files": len(self.unused),
             "files": self.files,
             "bytes": self.bytes_total,
             "digest": self.digest,
@@ -170,14 +202,17 @@ def inspect_dataset(data_uri: str, *, endpoint_url: str | None = None) -> Listed
         report = sync(
             data_uri, Path(tmp) / "none", endpoint_url=endpoint_url, dry_run=True, progress=False
         )
-    classes = listing_layout(report.would_transfer).check(data_uri)
+    layout = listing_layout(report.would_transfer)
     return ListedDataset(
         source=data_uri,
         digest=report.digest,
         files=report.files,
         bytes_total=report.bytes_total,
-        classes=classes,
+        classes=layout.check(data_uri),
         seconds=report.seconds,
+        images=layout.images(),
+        unused=layout.unused,
+        notes=layout.notes(),
     )
 
 
@@ -196,15 +231,38 @@ def _classes(split: Path) -> dict[str, int]:
 
 def folder_layout(folder: Path) -> Layout:
     """The layout of a local folder: split → class → images (splits missing are left out)."""
+    keys = []
+    for split in SPLITS:
+        for path in (folder / split).rglob("*") if (folder / split).is_dir() else ():
+            if path.is_file():
+                keys.append(path.relative_to(folder).as_posix())
     return Layout(
         splits={split: _classes(folder / split) for split in SPLITS if (folder / split).is_dir()},
         top=sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else [],
+        unused=unused_files(keys),
     )
+
+
+def unused_files(keys: Iterable[str]) -> list[str]:
+    """The keys under train/ and val/ that the training does not read: not an image by their
+    extension, hidden (``.DS_Store``), or not directly in a class folder."""
+    unused = []
+    for key in keys:
+        parts = key.split("/")
+        if parts[0] not in SPLITS or len(parts) < 2:
+            continue
+        name = parts[-1]
+        image = name.lower().endswith(IMAGE_SUFFIXES) and not name.startswith(".")
+        in_class = len(parts) == 3 and not parts[1].startswith(".")
+        if not (image and in_class):
+            unused.append(key)
+    return sorted(unused)
 
 
 def listing_layout(keys: Iterable[str]) -> Layout:
     """The layout of an S3 listing (paths relative to the data set): the same view as
     ``folder_layout`` of its download, without downloading."""
+    keys = list(keys)
     splits: dict[str, dict[str, int]] = {}
     top: set[str] = set()
     for key in keys:
@@ -220,7 +278,11 @@ def listing_layout(keys: Iterable[str]) -> Layout:
             classes[parts[1]] += 1
     for split in top & set(SPLITS):
         splits.setdefault(split, {})
-    return Layout(splits={k: dict(sorted(v.items())) for k, v in splits.items()}, top=sorted(top))
+    return Layout(
+        splits={k: dict(sorted(v.items())) for k, v in splits.items()},
+        top=sorted(top),
+        unused=unused_files(keys),
+    )
 
 
 @dataclass(frozen=True)
@@ -230,6 +292,23 @@ class Layout:
     splits: dict[str, dict[str, int]]
     top: list[str]
     """The top-level folders (named in the error when a split is missing)."""
+    unused: list[str] = field(default_factory=list)
+    """Files under train/ and val/ that the training skips (``unused_files``)."""
+
+    def notes(self) -> list[str]:
+        """What the data step says besides the counts: the files it will skip, named."""
+        if not self.unused:
+            return []
+        shown = ", ".join(self.unused[:UNUSED_SHOWN])
+        more = (
+            f" and {len(self.unused) - UNUSED_SHOWN} more"
+            if len(self.unused) > UNUSED_SHOWN
+            else ""
+        )
+        return [
+            f"{len(self.unused)} file(s) are not images in a class folder and will be skipped: "
+            f"{shown}{more} (images are {', '.join(IMAGE_SUFFIXES)} in <split>/<class>/)"
+        ]
 
     def check(self, data_uri: str) -> int:
         """Raise DatasetLayoutError unless there are train/ and val/ class folders of images, the
@@ -270,6 +349,10 @@ class Layout:
             )
         return len(self.splits["train"])
 
+    def images(self) -> dict[str, dict[str, int]]:
+        """Images per class of each split present."""
+        return {split: dict(classes) for split, classes in self.splits.items()}
+
     def counts(self) -> str:
         """Each split's classes and images, e.g. 'train/: 2 classes, 24 images; val/: none'."""
         parts = []
@@ -286,6 +369,12 @@ class Layout:
         return "; ".join(parts)
 
 
-def check_layout(folder: Path, data_uri: str) -> int:
-    """``folder_layout(folder).check(data_uri)``: the number of training classes."""
-    return folder_layout(folder).check(data_uri)
+def per_class(images: dict[str, dict[str, int]]) -> str:
+    """'images per class: train/ cat 12, dog 9; val/ cat 3, dog 3' (the first classes)."""
+    parts = []
+    for split, classes in images.items():
+        first = list(classes.items())[:CLASSES_SHOWN]
+        shown = ", ".join(f"{name} {count}" for name, count in first)
+        more = f", and {len(classes) - CLASSES_SHOWN} more" if len(classes) > CLASSES_SHOWN else ""
+        parts.append(f"{split}/ {shown}{more}")
+    return "images per class: " + "; ".join(parts)

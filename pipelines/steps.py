@@ -116,6 +116,8 @@ def stage_dataset_step(
     staged = stage_dataset(data_uri, workspace_path, endpoint_url=endpoint_url or None)
     dataset.metadata.update(staged.metadata())
     print(f"data: {staged.summary()}")
+    for line in staged.report_lines():
+        print(f"data: {line}")
     Outputs = namedtuple("Outputs", ["data_dir", "digest"])
     return Outputs(str(staged.snapshot), staged.digest)
 
@@ -148,6 +150,8 @@ def list_dataset_step(
     listed = inspect_dataset(data_uri, endpoint_url=endpoint_url or None)
     dataset.metadata.update(listed.metadata())
     print(f"data: {listed.summary()}")
+    for line in listed.report_lines():
+        print(f"data: {line}")
     Outputs = namedtuple("Outputs", ["digest", "size_bytes"])
     return Outputs(listed.digest, listed.bytes_total)
 

@@ -57,3 +57,27 @@ def test_two_classes_pass(s3, tmp_path: Path, storage: str):
     folder = write_image_folder(tmp_path / "data", classes=("cat", "dog"), per_class=2)
     uri = upload(s3, folder, f"two-classes-{storage}")
     assert DATA_STEPS[storage](uri, tmp_path).classes == 2
+
+
+@pytest.mark.parametrize("storage", DATA_STEPS)
+def test_files_the_training_skips_are_counted_and_named(s3, tmp_path: Path, storage: str):
+    """They were skipped without a word (256 files listed, 250 used)."""
+    folder = write_image_folder(tmp_path / "data", classes=("café", "red circle"), per_class=2)
+    (folder / "train" / "café" / ".DS_Store").write_bytes(b"\x00")
+    (folder / "train" / "café" / "notes.txt").write_text("not an image")
+    (folder / "train" / "red circle" / "Thumbs.db").write_bytes(b"\x00")
+    (folder / "val" / "café" / "deeper").mkdir()
+    (folder / "val" / "café" / "deeper" / "x.jpg").write_bytes(b"\xff\xd8")
+    uri = upload(s3, folder, f"clutter-{storage}")
+    found = DATA_STEPS[storage](uri, tmp_path)
+    assert found.unused == [
+        "train/café/.DS_Store",
+        "train/café/notes.txt",
+        "train/red circle/Thumbs.db",
+        "val/café/deeper/x.jpg",
+    ]
+    lines = found.report_lines()
+    assert lines[0].startswith("images per class: train/ café 2, red circle 2; val/ café ")
+    assert lines[1].startswith("4 file(s) are not images in a class folder and will be skipped")
+    assert found.metadata()["unused_files"] == 4
+    assert found.metadata()["images"]["train"] == {"café": 2, "red circle": 2}
