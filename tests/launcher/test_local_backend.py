@@ -8,6 +8,7 @@ restart/resume mechanics quickly.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -420,6 +421,75 @@ def test_sigterm_is_forwarded_to_every_replica(script: Path, tmp_path: Path):
     assert proc.returncode == 143, output
     assert "CANCELLED" in output
     assert (out / "sigterm-0").is_file() and (out / "sigterm-1").is_file()
+
+
+ORPHAN_LAUNCHER = textwrap.dedent(
+    """
+    import sys
+    from components.launcher import LocalOptions, TrainSpec, run_job
+
+    # torchrun in each node, as a TrainJob runs it: torchrun starts the script in a session of
+    # its own, so only torchrun itself can stop it
+    spec = TrainSpec(api="trainjob", name="orphans", workers=2,
+                     command=["torchrun", sys.argv[1]], args=[sys.argv[2], "sleep"])
+    run_job(spec, backend="local", options=LocalOptions(grace_period_s=5, timeout_s=300))
+    """
+)
+
+
+def test_nodes_die_with_a_launcher_killed_with_sigkill(script: Path, tmp_path: Path):
+    """kill -9 of the launcher left torchrun and its training processes running (~75 s, writing
+    their outputs); now every node gets SIGTERM at once and stops its processes."""
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(ORPHAN_LAUNCHER)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, str(launcher), str(script), str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not ((out / "env-0.json").exists() and (out / "env-1.json").exists()):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        time.sleep(1.0)  # both scripts installed their SIGTERM handler
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while not ((out / "sigterm-0").exists() and (out / "sigterm-1").exists()):
+            assert time.monotonic() < deadline, "a node outlived its killed launcher"
+            time.sleep(0.1)
+        deadline = time.monotonic() + 30
+        while _tagged_processes(out):
+            assert time.monotonic() < deadline, f"left running: {_tagged_processes(out)}"
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _tagged_processes(out):  # what a failure of this test left behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _tagged_processes(out: Path) -> list[int]:
+    """Processes whose environment carries the tag of a node that wrote its env to ``out``."""
+    tags = set()
+    for dump in out.glob("env-*.json"):
+        with contextlib.suppress(ValueError):  # being written
+            tags.add(json.loads(dump.read_text())["KFP_DDP_LOCAL_NODE"])
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(f"KFP_DDP_LOCAL_NODE={tag}".encode() in env for tag in tags):
+            found.append(int(entry.name))
+    return found
 
 
 # -- the real trainer ----------------------------------------------------------------------------

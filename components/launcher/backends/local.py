@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.launcher.backends.common import ReplicaLogs, sigterm_event
+from components.launcher.backends.parent_death import die_with_this_process
 from components.launcher.backends.tf_config import tf_config_env, tf_tasks
 from components.launcher.names import label_safe
 from components.launcher.options import LocalOptions
@@ -347,6 +348,7 @@ class LocalRun:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: torchrun children stop with it
+                preexec_fn=die_with_this_process(),  # SIGTERM if the launcher dies unannounced
             )
             reader = threading.Thread(
                 target=self._pump, args=(name, proc), name=f"log-{name}", daemon=True
