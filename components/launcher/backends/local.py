@@ -53,7 +53,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.launcher.backends.common import ReplicaLogs, sigterm_event
-from components.launcher.backends.parent_death import die_with_this_process
 from components.launcher.backends.tf_config import tf_config_env, tf_tasks
 from components.launcher.names import label_safe
 from components.launcher.options import LocalOptions
@@ -67,6 +66,7 @@ from components.launcher.result import (
 from components.launcher.spec import STAGE_CACHE, STAGE_ROOT, TrainSpec
 from components.launcher.training_operator import default_restart_policy
 from kfp_ddp.atomic_files import write_atomic
+from kfp_ddp.parent_death import die_with_this_process
 
 DEFAULT_BACKOFF_LIMIT = 6  # Kubernetes' own default (a Job's backoffLimit) when none is set.
 PYTORCHJOB_BACKOFF_LIMIT = 3  # the v1 builders' default (PyTorchJob, TFJob)
