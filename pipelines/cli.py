@@ -9,6 +9,7 @@ with one line naming the parameter, the value and the fix.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import sys
@@ -29,6 +30,12 @@ from pipelines.kfp_api import (
     api_errors,
     connect,
     kfp_cron,
+)
+from pipelines.local_data import (
+    LOCAL_MODELS_URI,
+    local_data_uri,
+    local_gpu_count,
+    served_folder,
 )
 from pipelines.package import (
     PACKAGES,
@@ -225,6 +232,15 @@ def compile_components_command(image: str, output: Path) -> None:
     help="kfp.local task caching (an unchanged data digest then reuses the trained model).",
 )
 @click.option("--verbose", is_flag=True, help="Show every line of the pipeline's log live.")
+@click.option(
+    "--data",
+    "data_folder",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="A local ImageFolder (train/<class>/*, val/<class>/*) to train on: served by a local "
+    "S3 server (its objects in WORKSPACE/s3-data, synced incrementally) as data_uri; the model "
+    f"goes to {LOCAL_MODELS_URI} there unless -p publish_uri says otherwise.",
+)
 @_param_option
 def run_local_command(
     workspace: Path,
@@ -232,29 +248,58 @@ def run_local_command(
     pipeline_root: Path | None,
     cache: bool,
     verbose: bool,
+    data_folder: Path | None,
     params: tuple[str, ...],
 ) -> None:
     """Run the whole pipeline on this machine with kfp.local and the local launcher backend.
 
     S3 credentials and endpoint come from the environment (AWS_ACCESS_KEY_ID,
-    AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3) or -p s3_endpoint=URL. Exits 1 when a step
-    fails or the evaluation gate holds the model back (the message says why).
+    AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL_S3) or -p s3_endpoint=URL; with --data FOLDER, from
+    the local S3 server that serves it. gpus_per_worker defaults to 0 on a machine without a
+    GPU. Exits 1 when a step fails or the evaluation gate holds the model back (the message
+    says why).
     """
     from pipelines.local_run import LocalRunError, run_local  # (see compile-components)
 
+    given = {pair.partition("=")[0].strip() for pair in params}
+    if data_folder is not None:
+        for taken in ("data_uri", "s3_endpoint"):
+            if taken in given:
+                raise click.UsageError(
+                    f"--data serves {data_folder} as the data: leave out -p {taken}"
+                )
+        params += (f"data_uri={local_data_uri(data_folder)}",)
+        if "publish_uri" not in given:
+            params += (f"publish_uri={LOCAL_MODELS_URI}",)
     arguments = parse_parameters(params, pipeline_inputs(storage))
+    if "gpus_per_worker" not in given and not local_gpu_count():
+        arguments["gpus_per_worker"] = 0
+        click.echo("no GPU on this machine: gpus_per_worker=0 (CPU processes, gloo)")
     checked_arguments(
         arguments, backend="local", workspace_path=str(workspace.resolve()), storage=storage
     )
+    serving = (
+        served_folder(data_folder, workspace.resolve() / "s3-data")
+        if data_folder is not None
+        else contextlib.nullcontext(None)
+    )
     try:
-        result = run_local(
-            arguments,
-            workspace=workspace,
-            storage=storage,
-            pipeline_root=pipeline_root,
-            enable_caching=cache,
-            verbose=verbose,
-        )
+        with serving as served:
+            if served is not None:
+                arguments["s3_endpoint"] = served.endpoint_url
+                click.echo(
+                    f"serving {data_folder} as {served.data_uri} (local S3 at "
+                    f"{served.endpoint_url}): {served.upload.transferred} file(s) uploaded, "
+                    f"{served.upload.skipped} unchanged"
+                )
+            result = run_local(
+                arguments,
+                workspace=workspace,
+                storage=storage,
+                pipeline_root=pipeline_root,
+                enable_caching=cache,
+                verbose=verbose,
+            )
     except LocalRunError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(result.describe())

@@ -6,6 +6,8 @@ kfp.local prints every task's executor input and output JSON, its warnings and t
 every line goes to the log file; the console gets
 
 * ``✓ stage data from S3  3.1 s`` / ``✗ train  41.0 s`` when a step finishes,
+* the data step's report (``data: 36 files (3 classes) ...``, the images per class, the files
+  the training will skip),
 * the trainer's own lines (``[node-0] [trainer] step 40/180 | ... | 512 img/s``),
 * for a failed step, its one-line cause (the argument check's ``bad argument: epochs=0: ...``,
   the trainer's ``[trainer] error: ...``, or the last exception line).
@@ -42,6 +44,13 @@ CAUSES = (
     re.compile(r"^\s*(?:\[[\w-]+\] )?((?:[\w.]+\.)?\w+(?:Error|Exception|Exit)\w*: .+)$"),
 )
 PROGRESS = re.compile(r"\[trainer\] (step \d+/\d+|done:|resuming|already complete|stopped)")
+DATA_REPORT = re.compile(r"^\s*data: ")
+"""The data step's report: its counts, the images per class, the files the training skips."""
+NODE_PREFIX = re.compile(r"^\s*(\[[\w-]+\] )")
+CONTINUATION = re.compile(r"^\s*\[[\w-]+\] (?!\[)(?![EWIF]\d{4} )(.+)$")
+"""A further line of a node's multi-line error: the node's prefix, then neither a tag nor a
+log record (``E1127 01:36:25 ...``)."""
+MAX_CAUSE_LINES = 30
 
 
 @dataclass
@@ -64,6 +73,8 @@ class RunConsole(io.TextIOBase):
     steps: dict[str, StepRecord] = field(default_factory=dict)
     failed: list[StepRecord] = field(default_factory=list)
     _partial: str = ""
+    _continued: tuple[StepRecord, str] | None = None
+    """The step whose trainer error may go on over the next lines, and its node's prefix."""
 
     def writable(self) -> bool:
         return True
@@ -87,6 +98,8 @@ class RunConsole(io.TextIOBase):
     def _line(self, line: str) -> None:
         if self.verbose:
             self._say(line)
+        if self._continues(line):
+            return
         if found := STARTED.search(line):
             name = found.group(1)
             self.steps[name] = StepRecord(name, time.monotonic())
@@ -95,7 +108,7 @@ class RunConsole(io.TextIOBase):
         elif found := CACHE_HIT.search(line):
             task = found.group(1).strip("'")
             self._say(f"  ↺ {STEP_NAMES.get(task, task)}  (from cache: same data and settings)")
-        elif PROGRESS.search(line) and not self.verbose:
+        elif (PROGRESS.search(line) or DATA_REPORT.search(line)) and not self.verbose:
             self._say("    " + line.strip())
         else:
             self._cause(line)
@@ -111,7 +124,24 @@ class RunConsole(io.TextIOBase):
                 specific = pattern is not CAUSES[-1]
                 if (specific and not step.specific) or (not specific and not step.specific):
                     step.cause, step.specific = found.group(1).strip(), specific
+                    prefix = NODE_PREFIX.match(line)
+                    if specific and prefix:
+                        self._continued = (step, prefix.group(1))
                 return
+
+    def _continues(self, line: str) -> bool:
+        """Add ``line`` to the cause it continues (a trainer error of several lines, e.g. every
+        unreadable image); False when it is no such line."""
+        if self._continued is None:
+            return False
+        step, prefix = self._continued
+        found = CONTINUATION.match(line)
+        if not found or not line.lstrip().startswith(prefix) or step.done:
+            self._continued = None
+            return False
+        if step.cause.count("\n") < MAX_CAUSE_LINES:
+            step.cause += "\n" + found.group(1).rstrip()
+        return True
 
     def _finished(self, name: str, status: str) -> None:
         step = self.steps.get(name) or StepRecord(name, time.monotonic())

@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.s3_sync import sync
 from kfp_ddp.atomic_files import write_json_atomic
-from kfp_ddp.local_s3 import LocalS3Server
 from pipelines.digits import write_digits_image_folder
+from pipelines.local_data import served_folder
 from pipelines.local_run import run_local
 
 DEMO_BUCKET = "kfp-ddp-demo"
@@ -164,55 +163,47 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     print(f"data set: {counts['train']} train / {counts['val']} val digits under {dataset}")
     print(f"storage: {args.storage}" + STORAGE_NOTES[args.storage])
 
-    with LocalS3Server(data_dir=output / "s3-data") as s3:
-        print(f"local S3 server (SeaweedFS, pid {s3.pid}) at {s3.endpoint_url}")
-        s3.create_bucket(DEMO_BUCKET)
-        data_uri = f"s3://{DEMO_BUCKET}/{DATA_PREFIX}"
-        # The pipeline's steps read the endpoint and credentials from the environment, as they
-        # would from a Kubernetes Secret on a cluster; kfp.local's subprocesses inherit it.
-        saved_env = {key: os.environ.get(key) for key in s3.env()}
-        os.environ.update(s3.env())
-        try:
-            seeded = sync(str(dataset), data_uri, endpoint_url=s3.endpoint_url)
-            print(
-                f"uploaded the data set to {data_uri}: {seeded.transferred} transferred, "
-                f"{seeded.skipped} unchanged"
-            )
-            run = run_local(
-                {
-                    "data_uri": data_uri,
-                    "s3_endpoint": s3.endpoint_url,
-                    "workers": args.workers,
-                    "gpus_per_worker": 0,
-                    "model": args.model,
-                    "epochs": args.epochs,
-                    "batch_size": args.batch_size,
-                    "lr": args.lr,
-                    "image_size": 32,
-                    # a killed demo resumes: its ~90 steps would never reach the default 200
-                    "checkpoint_every_steps": DEMO_CHECKPOINT_EVERY_STEPS,
-                    # Digits must not be mirrored (the default crop-flip would), and a short
-                    # warmup keeps the first steps of a from-scratch ResNet stable.
-                    "trainer_args": [
-                        *("--augment", "none", "--warmup-steps", "10"),
-                        *("--log-interval", "5"),  # enough points for the report's curves
-                    ],
-                    "accuracy_threshold": args.threshold,
-                    "publish_uri": f"s3://{DEMO_BUCKET}/{MODELS_PREFIX}",
-                },
-                workspace=output / "workspace",
-                storage=args.storage,
-                pipeline_root=output / "kfp-runs",
-                verbose=args.verbose,
-                log_dir=output / "logs",
-            )
-            published_files = _published_files(s3, run.published_uri)
-        finally:
-            for key, value in saved_env.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+    with served_folder(
+        dataset,
+        output / "s3-data",
+        bucket=DEMO_BUCKET,
+        data_prefix=DATA_PREFIX,
+        models_prefix=MODELS_PREFIX,
+    ) as served:
+        print(f"local S3 server (SeaweedFS, pid {served.server.pid}) at {served.endpoint_url}")
+        print(
+            f"uploaded the data set to {served.data_uri}: {served.upload.transferred} "
+            f"transferred, {served.upload.skipped} unchanged"
+        )
+        run = run_local(
+            {
+                "data_uri": served.data_uri,
+                "s3_endpoint": served.endpoint_url,
+                "workers": args.workers,
+                "gpus_per_worker": 0,
+                "model": args.model,
+                "epochs": args.epochs,
+                "batch_size": args.batch_size,
+                "lr": args.lr,
+                "image_size": 32,
+                # a killed demo resumes: its ~90 steps would never reach the default 200
+                "checkpoint_every_steps": DEMO_CHECKPOINT_EVERY_STEPS,
+                # Digits must not be mirrored (the default crop-flip would), and a short
+                # warmup keeps the first steps of a from-scratch ResNet stable.
+                "trainer_args": [
+                    *("--augment", "none", "--warmup-steps", "10"),
+                    *("--log-interval", "5"),  # enough points for the report's curves
+                ],
+                "accuracy_threshold": args.threshold,
+                "publish_uri": served.models_uri,
+            },
+            workspace=output / "workspace",
+            storage=args.storage,
+            pipeline_root=output / "kfp-runs",
+            verbose=args.verbose,
+            log_dir=output / "logs",
+        )
+        published_files = _published_files(served.server, run.published_uri)
 
     report = None
     if run.report:  # KFP names the HTML artifact "report"; a copy a browser opens by its name
@@ -286,7 +277,6 @@ def _wait_for_children(limit_s: float = 60.0) -> None:
     Ctrl-C reaches the step's process too; it stops its nodes (SIGTERM: a last checkpoint, then
     SIGKILL after a grace period). Returning earlier would leave them running for a moment.
     """
-    import os
     import time
 
     deadline = time.monotonic() + limit_s

@@ -141,3 +141,30 @@ def test_object_store_run_shares_no_folder_and_keeps_everything_in_s3(
     assert {"weights.pt", "model.json", "eval.json"} <= set(
         _published(s3_server, run.published_uri)
     )
+
+
+def test_run_local_on_a_folder_of_ones_own_finds_every_bad_image_before_training(tmp_path):
+    """`run-local --data FOLDER`: the folder is served by a local S3 server of its own; a data
+    set with unreadable files fails once, before any step of training, naming all of them."""
+    from tests.trainer.test_bad_images import _messy_folder
+
+    data = tmp_path / "My Photos"
+    _messy_folder(data)
+    val = data / "val"
+    for folder in ("café", "red circle"):  # the pipeline needs val/ too
+        (val / folder).mkdir(parents=True)
+        for source in sorted((data / "train" / folder).glob("rgb-[01].jpg")):
+            (val / folder / source.name).write_bytes(source.read_bytes())
+    workspace = tmp_path / "ws"
+    params = ["-pworkers=1", "-pmodel=mobilenet_v3_small", "-pimage_size=16", "-pbatch_size=4"]
+    result = CliRunner().invoke(
+        main, ["run-local", "--workspace", str(workspace), "--data", str(data), *params]
+    )
+    assert result.exit_code == 1, result.output
+    assert "no GPU on this machine: gpus_per_worker=0" in result.output
+    assert "serving" in result.output and "s3://kfp-ddp-local/datasets/my-photos" in result.output
+    assert "2 of 23 images cannot be read" in result.output, result.output
+    assert "train/café/empty.jpg (class café)" in result.output
+    assert "train/red circle/cut.png (class red circle)" in result.output
+    assert "3 file(s) are not images in a class folder and will be skipped" in result.output
+    assert not list(workspace.rglob("checkpoints/step-*"))  # not one step trained
