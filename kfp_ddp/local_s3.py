@@ -109,11 +109,16 @@ def _free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 TEMP_PREFIX = "kfp-ddp-s3-"
 OWNER_FILE = "owner.pid"
 """In each server's temp folder: the pid of the process that started it."""
+SERVER_FILE = "server.pid"
+"""In each server's temp folder: the pid of its weed process."""
+_ORPHAN_STOP_S = 10.0
 
 
 def remove_abandoned_temp_dirs(root: Path | None = None) -> list[Path]:
     """Remove the temp folders of servers whose starter is gone (it was killed: nothing ran its
-    stop). A folder whose owner's pid is alive, or that names none, is left alone."""
+    stop), after stopping their server if it still runs (it gets SIGTERM when its starter dies,
+    and takes ~2 s to end). A folder whose owner's pid is alive, or that names none, is left
+    alone."""
     removed = []
     for folder in Path(root or tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*"):
         try:
@@ -122,9 +127,39 @@ def remove_abandoned_temp_dirs(root: Path | None = None) -> list[Path]:
             continue
         if _alive(owner):
             continue
+        _stop_orphan(folder)
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
+
+
+def _stop_orphan(folder: Path) -> None:
+    """End the weed process of ``folder`` if it still runs (checked by its command line, which
+    names the folder: a reused pid is left alone)."""
+    try:
+        pid = int((folder / SERVER_FILE).read_text())
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return
+    if os.fsencode(str(folder)) not in command:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + _ORPHAN_STOP_S
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not _running(pid):
+            return
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (an ended process not yet reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def _alive(pid: int) -> bool:
@@ -290,6 +325,7 @@ class LocalS3Server:
                 "TMPDIR": str(self._tmp),
             },
         )
+        (self._tmp / SERVER_FILE).write_text(str(self._proc.pid))
 
     def _wait_ready(self) -> None:
         """Wait until an authenticated request round-trips (gateway, filer and volume all up)."""

@@ -182,5 +182,8 @@ def test_a_killed_starters_temp_folder_is_removed_at_the_next_start(tmp_path):
     (mine / "owner.pid").write_text(str(os.getpid()))  # a running server's: left alone
     unowned = tmp_path / "kfp-ddp-s3-unknown"
     unowned.mkdir()
+    server = int((abandoned / "server.pid").read_text())
     assert remove_abandoned_temp_dirs(tmp_path) == [abandoned]
     assert not abandoned.exists() and mine.is_dir() and unowned.is_dir()
+    stat = Path(f"/proc/{server}/stat")  # the server died with its starter, or was stopped
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
