@@ -94,3 +94,16 @@ def test_a_readable_file_has_no_problem_and_a_truncated_one_says_so(tmp_path):
     Image.new("RGB", (256, 256), (9, 9, 9)).save(whole, format="JPEG")
     cut.write_bytes(whole.getvalue()[:300])
     assert "truncated" in (read_problem(str(cut)) or "").lower()
+
+
+def test_a_jpeg_cut_short_is_found_and_a_long_camera_trailer_is_not_a_problem(tmp_path):
+    rng = np.random.default_rng(1)
+    whole = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (300, 400, 3), dtype=np.uint8)).save(whole, "JPEG")
+    data = whole.getvalue()
+    cut = tmp_path / "cut.jpg"
+    cut.write_bytes(data[: len(data) * 2 // 3])  # the header whole, the pixels cut
+    assert "truncated" in (read_problem(str(cut)) or "").lower()
+    trailer = tmp_path / "trailer.jpg"
+    trailer.write_bytes(data + b"\x00maker notes" * 10_000)  # ~120 KB after the end marker
+    assert read_problem(str(trailer)) is None
