@@ -125,7 +125,7 @@ def remove_abandoned_temp_dirs(root: Path | None = None) -> list[Path]:
             owner = int((folder / OWNER_FILE).read_text())
         except (OSError, ValueError):
             continue
-        if _alive(owner):
+        if _running(owner):
             continue
         _stop_orphan(folder)
         shutil.rmtree(folder, ignore_errors=True)
@@ -160,16 +160,6 @@ def _running(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 class LocalS3Server:

@@ -50,7 +50,7 @@ def served_folder(
     """Serve ``folder`` from a local S3 server that keeps its objects in ``s3_data``; the data
     at ``s3://<bucket>/<data_prefix>`` (default ``datasets/<the folder's name>``)."""
     data_uri = f"s3://{bucket}/{data_prefix}" if data_prefix else local_data_uri(folder, bucket)
-    with LocalS3Server(data_dir=s3_data) as s3, _environment(s3.env()):
+    with LocalS3Server(data_dir=s3_data) as s3, environment(s3.env()):
         s3.create_bucket(bucket)
         upload = sync(str(folder), data_uri, endpoint_url=s3.endpoint_url, progress=False)
         yield ServedData(
@@ -80,7 +80,9 @@ def _key_part(name: str) -> str:
 
 
 @contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment (inherited by the processes it starts, such as
+    kfp.local's steps) while the context is open; what was there before comes back after."""
     saved = {key: os.environ.get(key) for key in values}
     os.environ.update(values)
     try:

@@ -22,6 +22,7 @@ from components import DEFAULT_IMAGE
 from components.launcher.backends.local import NODES_DIR_ENV
 from pipelines.cli_arguments import with_defaults
 from pipelines.console import RunConsole, open_log
+from pipelines.local_data import environment
 from pipelines.plan import DEFAULT_STORAGE
 from pipelines.training import PIPELINE_NAME, build_training_pipeline
 from pipelines.validation import ArgumentError, check_arguments
@@ -199,23 +200,6 @@ def _check(arguments: dict[str, Any], workspace: Path, storage: str) -> None:
         raise LocalRunError("bad argument(s):\n" + "\n".join(exc.problems)) from None
 
 
-@contextlib.contextmanager
-def _environment(name: str, value: str):
-    """``name=value`` in this process's environment (inherited by kfp.local's steps) for a
-    while."""
-    import os
-
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
 def run_local(
     arguments: dict[str, Any],
     *,
@@ -269,7 +253,7 @@ def run_local(
             with (
                 contextlib.redirect_stdout(console),
                 contextlib.redirect_stderr(console),
-                _environment(NODES_DIR_ENV, str(workspace / "nodes")),
+                environment({NODES_DIR_ENV: str(workspace / "nodes")}),
             ):
                 pipeline(**arguments)
         except Exception as exc:  # kfp.local raises RuntimeError naming the failed task

@@ -29,6 +29,7 @@ from components.launcher import (
     TrainSpec,
     run_job,
 )
+from components.launcher.backends.local import NODE_TAG_ENV, tagged_pids
 from tests.image_data import write_image_folder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -396,22 +397,36 @@ SIGTERM_LAUNCHER = textwrap.dedent(
 )
 
 
-def test_sigterm_is_forwarded_to_every_replica(script: Path, tmp_path: Path):
+def _start_launcher(
+    source: str, script: Path, tmp_path: Path, *, wait_s: float, **popen
+) -> tuple[subprocess.Popen, Path]:
+    """Run the launcher program ``source`` on ``script`` and wait until both of its nodes run
+    (each wrote its env); returns it and the nodes' output folder."""
     launcher = tmp_path / "launcher.py"
-    launcher.write_text(SIGTERM_LAUNCHER)
+    launcher.write_text(source)
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, str(launcher), str(script), str(out)],
+    command = [sys.executable, str(launcher), str(script), str(out)]
+    proc = subprocess.Popen(command, cwd=REPO, **popen)
+    deadline = time.monotonic() + wait_s
+    while not ((out / "env-0.json").exists() and (out / "env-1.json").exists()):
+        if time.monotonic() >= deadline or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError(f"the nodes did not start (launcher exit {proc.poll()})")
+        time.sleep(0.05)
+    return proc, out
+
+
+def test_sigterm_is_forwarded_to_every_replica(script: Path, tmp_path: Path):
+    proc, out = _start_launcher(
+        SIGTERM_LAUNCHER,
+        script,
+        tmp_path,
+        wait_s=60,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        cwd=REPO,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not ((out / "env-0.json").exists() and (out / "env-1.json").exists()):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
         time.sleep(0.5)  # both replicas installed their SIGTERM handler
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=30)
@@ -440,20 +455,15 @@ ORPHAN_LAUNCHER = textwrap.dedent(
 def test_nodes_die_with_a_launcher_killed_with_sigkill(script: Path, tmp_path: Path):
     """kill -9 of the launcher left torchrun and its training processes running (~75 s, writing
     their outputs); now every node gets SIGTERM at once and stops its processes."""
-    launcher = tmp_path / "launcher.py"
-    launcher.write_text(ORPHAN_LAUNCHER)
-    out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, str(launcher), str(script), str(out)],
+    proc, out = _start_launcher(
+        ORPHAN_LAUNCHER,
+        script,
+        tmp_path,
+        wait_s=90,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        cwd=REPO,
     )
     try:
-        deadline = time.monotonic() + 90
-        while not ((out / "env-0.json").exists() and (out / "env-1.json").exists()):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
         time.sleep(1.0)  # both scripts installed their SIGTERM handler
         proc.kill()
         proc.wait(timeout=10)
@@ -478,18 +488,8 @@ def _tagged_processes(out: Path) -> list[int]:
     tags = set()
     for dump in out.glob("env-*.json"):
         with contextlib.suppress(ValueError):  # being written
-            tags.add(json.loads(dump.read_text())["KFP_DDP_LOCAL_NODE"])
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(f"KFP_DDP_LOCAL_NODE={tag}".encode() in env for tag in tags):
-            found.append(int(entry.name))
-    return found
+            tags.add(json.loads(dump.read_text())[NODE_TAG_ENV])
+    return [pid for tag in sorted(tags) for pid in tagged_pids(tag)]
 
 
 # -- the real trainer ----------------------------------------------------------------------------

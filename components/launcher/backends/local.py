@@ -76,12 +76,13 @@ NODE_TAG_ENV = "KFP_DDP_LOCAL_NODE"
 """Set in every node's environment (and so in everything it starts): finds its processes."""
 
 
-def _kill_tagged(tag: str, sig: int) -> None:
-    """Send ``sig`` to every process whose environment carries ``NODE_TAG_ENV=tag`` (Linux)."""
+def tagged_pids(tag: str) -> list[int]:
+    """The processes whose environment carries ``NODE_TAG_ENV=tag`` (Linux; elsewhere none)."""
     needle = f"{NODE_TAG_ENV}={tag}".encode() + b"\0"
     proc = Path("/proc")
     if not proc.is_dir():
-        return
+        return []
+    found = []
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -90,8 +91,15 @@ def _kill_tagged(tag: str, sig: int) -> None:
         except OSError:
             continue
         if needle in environ + b"\0":
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), sig)
+            found.append(int(entry.name))
+    return found
+
+
+def _kill_tagged(tag: str, sig: int) -> None:
+    """Send ``sig`` to every process whose environment carries ``NODE_TAG_ENV=tag``."""
+    for pid in tagged_pids(tag):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
 
 
 def free_port() -> int:
