@@ -527,6 +527,10 @@ def _fill_artifacts(result: JobResult, inputs: TrainingStepInputs, model: Any, m
         value = summary.get(key_name)
         if isinstance(value, int | float) and not isinstance(value, bool):
             metrics.log_metric(key_name, float(value))
+    skipped = skipped_images(summary)
+    if skipped is not None:
+        model.metadata["skipped_images"] = skipped
+        metrics.log_metric("skipped_images", float(skipped))
     progress = final_progress(summary, result.trainer_status)
     if progress is not None:  # by the names the trainer reports; a figure in both: as logged
         shown = progress.report.line()
@@ -537,6 +541,14 @@ def _fill_artifacts(result: JobResult, inputs: TrainingStepInputs, model: Any, m
     metrics.log_metric("job_restarts", float(result.restarts))
 
     write_metadata_file(metrics)
+
+
+def skipped_images(summary: dict) -> int | None:
+    """How many unreadable images the trainer left out (``summary.json``'s ``skipped_images``,
+    with ``skip_bad_images``); None from a trainer that does not say (the user's own program)."""
+    skipped = summary.get("skipped_images")
+    count = skipped.get("count") if isinstance(skipped, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def exported_files(output_dir: Path, api: str) -> list[tuple[Path, str]]:

@@ -42,7 +42,8 @@ WRITER = textwrap.dedent(
         (out / "model" / "model.json").write_text(json.dumps({"arch": "resnet18"}))
         (out / "metrics.jsonl").write_text('{"type": "val", "val_accuracy": 0.75}\\n')
         summary = {"val_accuracy": 0.75, "steps": 12, "world_size": int(os.environ["WORLD_SIZE"]),
-                   "resumed_from_step": None, "arch": "resnet18"}
+                   "resumed_from_step": None, "arch": "resnet18",
+                   "skipped_images": {"count": 2, "keys": ["train/a/x.jpg", "val/a/y.png"]}}
         (out / "summary.json").write_text(json.dumps(summary))
     """
 )
@@ -99,6 +100,8 @@ def test_step_fills_the_model_and_metrics_artifacts(tmp_path: Path, writer: Path
     assert metrics.metadata["val_accuracy"] == 0.75 and metrics.metadata["steps"] == 12
     assert "resumed_from_step" not in metrics.metadata  # None is not a metric
     assert metrics.metadata["job_restarts"] == 0
+    # The images --skip-bad-images left out: counted in the Metrics, as in summary.json.
+    assert metrics.metadata["skipped_images"] == 2 and model.metadata["skipped_images"] == 2
     # The trainer got the common flags, then the extra ones.
     args_line = next(x for x in result.log_tail if "args:" in x)
     # The output folder: one per settings (readable, plus a digest of the rest) and data digest.
