@@ -22,7 +22,7 @@ from kfp.dsl import HTML, Dataset, Input, Model, Output
 
 from components.kfp.function import REQUIRED, kfp_function, literal
 from pipelines.late_checks import check_baseline
-from pipelines.parameter_errors import ArgumentError
+from pipelines.parameter_errors import ArgumentError, ParameterError
 from pipelines.parameters import COMPILE_TIME, PARAMETERS, function_inputs
 from pipelines.plan import checkpoint_base
 from pipelines.validation import check_arguments
@@ -46,6 +46,23 @@ def run_argument_check(arguments: dict) -> str:
         ) from None
     print("all pipeline arguments are valid")
     return checkpoint_base(arguments)
+
+
+def check_run_size(images: dict[str, dict[str, int]], **size: int) -> None:
+    """The data step's check of the run's size against the training images it counted
+    (``pipelines.run_size``): a warning line each, or the step fails naming ``batch_size``."""
+    from pipelines.run_size import RunSize
+
+    run = RunSize.of(sum(images.get("train", {}).values()), **size)
+    if run is None:
+        return
+    for warning in run.warnings():
+        print(f"data: warning: {warning}", flush=True)
+    try:
+        run.check()
+    except ParameterError as exc:
+        print(f"bad argument: {exc}", flush=True)
+        raise SystemExit(f"bad pipeline argument: {exc}") from None
 
 
 def _check_step():
@@ -90,6 +107,12 @@ def stage_dataset_step(
     endpoint_url: str,
     workspace_path: str,
     dataset: Output[Dataset],
+    workers: int = 0,
+    gpus_per_worker: int = 0,
+    nproc_per_node: int = 0,
+    batch_size: int = 0,
+    epochs: int = 0,
+    image_size: int = 0,
 ) -> NamedTuple("Outputs", [("data_dir", str), ("digest", str)]):  # type: ignore[valid-type]  # KFP's form
     """Sync data_uri into the workspace, check its train/ and val/ splits, freeze it by digest.
 
@@ -101,6 +124,10 @@ def stage_dataset_step(
         data_uri: s3://bucket/prefix of an ImageFolder with train/<class>/* and val/<class>/*.
         endpoint_url: URL of an S3-compatible endpoint; empty for the standard AWS environment.
         workspace_path: the shared volume's path in this step (and in the training nodes).
+        workers, gpus_per_worker, nproc_per_node, batch_size, epochs, image_size: the
+            run's size (the pipeline's parameters): a batch size that a rank's share of the
+            training images cannot fill is refused, a run implausibly long is warned of; 0: not
+            checked.
 
     Returns:
         dataset: the synced data; metadata: the sync's counts, the digest and the frozen folder.
@@ -112,12 +139,22 @@ def stage_dataset_step(
     from collections import namedtuple
 
     from pipelines.dataset import stage_dataset
+    from pipelines.steps import check_run_size
 
     staged = stage_dataset(data_uri, workspace_path, endpoint_url=endpoint_url or None)
     dataset.metadata.update(staged.metadata())
     print(f"data: {staged.summary()}")
     for line in staged.report_lines():
         print(f"data: {line}")
+    check_run_size(
+        staged.images,
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
+        nproc_per_node=nproc_per_node,
+        batch_size=batch_size,
+        epochs=epochs,
+        image_size=image_size,
+    )
     Outputs = namedtuple("Outputs", ["data_dir", "digest"])
     return Outputs(str(staged.snapshot), staged.digest)
 
@@ -126,6 +163,12 @@ def list_dataset_step(
     data_uri: str,
     endpoint_url: str,
     dataset: Output[Dataset],
+    workers: int = 0,
+    gpus_per_worker: int = 0,
+    nproc_per_node: int = 0,
+    batch_size: int = 0,
+    epochs: int = 0,
+    image_size: int = 0,
 ) -> NamedTuple("Outputs", [("digest", str), ("size_bytes", int)]):  # type: ignore[valid-type]  # KFP's form
     """List data_uri in S3 and check its train/ and val/ splits; nothing is downloaded.
 
@@ -136,6 +179,10 @@ def list_dataset_step(
     Args:
         data_uri: s3://bucket/prefix of the ImageFolder (train/ and val/ class folders).
         endpoint_url: S3 endpoint (MinIO, Ceph...); empty for AWS or AWS_ENDPOINT_URL_S3.
+        workers, gpus_per_worker, nproc_per_node, batch_size, epochs, image_size: the
+            run's size (the pipeline's parameters): a batch size that a rank's share of the
+            training images cannot fill is refused, a run implausibly long is warned of; 0: not
+            checked.
 
     Returns:
         dataset: metadata only: the source, files, bytes, classes and the digest.
@@ -146,12 +193,22 @@ def list_dataset_step(
     from collections import namedtuple
 
     from pipelines.dataset import inspect_dataset
+    from pipelines.steps import check_run_size
 
     listed = inspect_dataset(data_uri, endpoint_url=endpoint_url or None)
     dataset.metadata.update(listed.metadata())
     print(f"data: {listed.summary()}")
     for line in listed.report_lines():
         print(f"data: {line}")
+    check_run_size(
+        listed.images,
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
+        nproc_per_node=nproc_per_node,
+        batch_size=batch_size,
+        epochs=epochs,
+        image_size=image_size,
+    )
     Outputs = namedtuple("Outputs", ["digest", "size_bytes"])
     return Outputs(listed.digest, listed.bytes_total)
 
@@ -174,6 +231,10 @@ def publish_model_step(
         report: the evaluation's report of that model (its metadata holds the evaluation).
         publish_uri: s3://bucket/prefix; the model goes to publish_uri/<run id>/.
         endpoint_url: S3 endpoint (MinIO, Ceph...); empty for AWS or AWS_ENDPOINT_URL_S3.
+        workers, gpus_per_worker, nproc_per_node, batch_size, epochs, image_size: the
+            run's size (the pipeline's parameters): a batch size that a rank's share of the
+            training images cannot fill is refused, a run implausibly long is warned of; 0: not
+            checked.
         run_id: the KFP run id (dsl.PIPELINE_JOB_ID_PLACEHOLDER).
 
     Returns:

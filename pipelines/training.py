@@ -75,6 +75,15 @@ from pipelines.steps import (
 )
 
 PIPELINE_NAME = "kfp-ddp-training"
+RUN_SIZE_INPUTS = (
+    "workers",
+    "gpus_per_worker",
+    "nproc_per_node",
+    "batch_size",
+    "epochs",
+    "image_size",
+)
+"""The parameters the data step checks against the images it counts (``pipelines.run_size``)."""
 STEP_REQUESTS = {
     "check": ("100m", "256Mi"),
     "data": ("500m", "1Gi"),
@@ -171,15 +180,17 @@ def build_training_pipeline(
         check = requesting(check_op(**a).set_display_name("check the arguments"), "check")
         with_s3(check)  # it reads an s3:// baseline_uri as the evaluation will
 
+        size = {name: a[name] for name in RUN_SIZE_INPUTS}
         if shared:
             data = data_op(
                 data_uri=a["data_uri"],
                 endpoint_url=a["s3_endpoint"],
                 workspace_path=workspace_path,
+                **size,
             ).set_display_name("stage data from S3")
             data_dir = data.outputs["data_dir"]
         else:
-            data = data_op(data_uri=a["data_uri"], endpoint_url=a["s3_endpoint"])
+            data = data_op(data_uri=a["data_uri"], endpoint_url=a["s3_endpoint"], **size)
             data.set_display_name("list the data in S3")
             data_dir = a["data_uri"]
         requesting(data, "data").after(check)

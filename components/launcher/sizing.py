@@ -41,6 +41,15 @@ read-only, so they write nothing else)."""
 GI = 2**30
 
 
+def processes_per_node(nproc_per_node: int | None, gpus_per_worker: int, api: str) -> int:
+    """Trainer processes per node: ``nproc_per_node`` when set (not 0), else one per GPU (a
+    TFJob's one process drives every GPU of its pod), else one."""
+    if nproc_per_node:
+        return nproc_per_node
+    per_gpu = gpus_per_worker > 0 and api != "tfjob"
+    return gpus_per_worker if per_gpu else 1
+
+
 def default_cpu(gpus: int, processes: int) -> str:
     return str(CPU_PER_GPU * gpus if gpus else CPU_PER_PROCESS * processes)
 

@@ -496,9 +496,8 @@ class TrainSpec:
                 f"command={self.command!r} must be a list of strings, e.g. ['python', 'train.py']"
             )
         if self.nproc_per_node is None:
-            gpus = self.gpus_per_worker
-            per_gpu = isinstance(gpus, int) and gpus > 0 and self.api != "tfjob"
-            self.nproc_per_node = gpus if per_gpu else 1
+            gpus = self.gpus_per_worker if isinstance(self.gpus_per_worker, int) else 0
+            self.nproc_per_node = sizing.processes_per_node(None, gpus, self.api)
         self._default_resources()
         if self.shm_size == "auto":
             self.shm_size = self._auto_shm()

@@ -168,3 +168,21 @@ def test_run_local_on_a_folder_of_ones_own_finds_every_bad_image_before_training
     assert "train/red circle/cut.png (class red circle)" in result.output
     assert "3 file(s) are not images in a class folder and will be skipped" in result.output
     assert not list(workspace.rglob("checkpoints/step-*"))  # not one step trained
+
+
+def test_run_local_refuses_a_batch_no_rank_can_fill_in_the_data_step(tmp_path):
+    """The data step counts the training images: a batch size larger than a rank's share fails
+    there, naming batch_size and the largest that fits, before any node starts."""
+    data = write_image_folder(tmp_path / "photos", classes=("cat", "dog"), per_class=6)
+    workspace = tmp_path / "ws"
+    params = ["-pworkers=2", "-pmodel=mobilenet_v3_small", "-pimage_size=16", "-pbatch_size=64"]
+    result = CliRunner().invoke(
+        main, ["run-local", "--workspace", str(workspace), "--data", str(data), *params]
+    )
+    assert result.exit_code == 1, result.output
+    assert "✗ list the data in S3" in result.output, result.output
+    assert (
+        "batch_size=64: each of the 2 ranks trains on 6 of the 12 training images, fewer than "
+        "one batch: set batch_size to 6 or less"
+    ) in result.output
+    assert "[node-" not in result.output  # no training node started

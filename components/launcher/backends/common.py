@@ -22,12 +22,12 @@ def print_line(line: str) -> None:
 class ReplicaLogs:
     """Prefixes each replica's lines (``[worker-1] ...``), keeps tails, notes the last activity."""
 
-    def __init__(self, log: LogFn | None = None, *, tail: int = 50):
+    def __init__(self, log: LogFn | None = None, *, tail: int = 50, per_replica: int = 200):
         self._log = log or print_line
         self._lock = threading.Lock()
         self._tail: collections.deque[str] = collections.deque(maxlen=tail)
         self._per_replica: dict[str, collections.deque[str]] = {}
-        self._tail_len = tail
+        self._replica_len = per_replica
         self.last_line_at: float | None = None
         """time.monotonic() of the last replica line (None: nothing logged yet)."""
 
@@ -36,9 +36,10 @@ class ReplicaLogs:
         prefixed = f"[{replica}] {text}"
         with self._lock:
             self._tail.append(prefixed)
-            self._per_replica.setdefault(replica, collections.deque(maxlen=self._tail_len)).append(
-                text
+            kept = self._per_replica.setdefault(
+                replica, collections.deque(maxlen=self._replica_len)
             )
+            kept.append(text)
             self.last_line_at = time.monotonic()
             self._log(prefixed)
 

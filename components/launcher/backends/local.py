@@ -64,9 +64,13 @@ from components.launcher.result import (
     read_summary,
 )
 from components.launcher.spec import STAGE_CACHE, STAGE_ROOT, TrainSpec
+from components.launcher.torchrun_report import LINES_READ, failure_lines
 from components.launcher.training_operator import default_restart_policy
 from kfp_ddp.atomic_files import write_atomic
 from kfp_ddp.parent_death import die_with_this_process
+
+TAIL_SHOWN = 20
+"""A failed node's last lines in the job's error (its program's own: torchrun's are left out)."""
 
 DEFAULT_BACKOFF_LIMIT = 6  # Kubernetes' own default (a Job's backoffLimit) when none is set.
 PYTORCHJOB_BACKOFF_LIMIT = 3  # the v1 builders' default (PyTorchJob, TFJob)
@@ -481,8 +485,11 @@ class LocalRun:
             if not rule.retryable(code)
             else f"backoff limit {rule.limit} restarts used up"
         )
+        said, lines = failure_lines(self.logs.replica_tail(name, LINES_READ), TAIL_SHOWN)
         reason = f"replica {name} exited with code {code} ({why})"
-        tail = "\n".join(f"  [{name}] {line}" for line in self.logs.replica_tail(name))
+        if said:
+            reason += f"; its torchrun says {said}"
+        tail = "\n".join(f"  [{name}] {line}" for line in lines)
         result = self._result("Failed", run.start, run.restarts, reason)
         record = self.failure_record
         if record is not None and not rule.retryable(code):

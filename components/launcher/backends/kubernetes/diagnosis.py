@@ -15,6 +15,7 @@ from components.launcher import sizing
 from components.launcher.apis import JobApi
 from components.launcher.backends.kubernetes.clients import Clients
 from components.launcher.backends.kubernetes.pods import PodFollower, container_status, started
+from components.launcher.torchrun_report import LINES_READ, failure_lines
 
 WAITING_ERRORS = {
     "ImagePullBackOff",
@@ -152,14 +153,16 @@ class Diagnosis:
             return "no failing pod found", ""
         pod, problem = worst
         replica = self.api.replica_of(pod)
-        lines = follower.logs.replica_tail(replica, self.tail_lines) or self._log_tail(pod)
+        read = follower.logs.replica_tail(replica, LINES_READ) or self._log_tail(pod)
+        said, lines = failure_lines(read, self.tail_lines)
         details = ""
         events = self.events(pod.metadata.name)
         if events:
             details += "\nEvents:\n" + "\n".join(f"  {e}" for e in events)
         if lines:
             details += f"\nLast log lines of {replica}:\n" + "\n".join(f"  {x}" for x in lines)
-        return f"pod {pod.metadata.name} ({replica}): {problem.text}", details
+        said = f"; its torchrun says {said}" if said else ""
+        return f"pod {pod.metadata.name} ({replica}): {problem.text}{said}", details
 
     def _log_tail(self, pod: Any) -> list[str]:
         try:
@@ -167,7 +170,7 @@ class Diagnosis:
                 pod.metadata.name,
                 self.namespace,
                 container=self.api.container,
-                tail_lines=self.tail_lines,
+                tail_lines=LINES_READ,
             )
         except Exception:  # noqa: BLE001
             return []
