@@ -124,10 +124,14 @@ def stage_dataset_step(
         data_uri: s3://bucket/prefix of an ImageFolder with train/<class>/* and val/<class>/*.
         endpoint_url: URL of an S3-compatible endpoint; empty for the standard AWS environment.
         workspace_path: the shared volume's path in this step (and in the training nodes).
-        workers, gpus_per_worker, nproc_per_node, batch_size, epochs, image_size: the
-            run's size (the pipeline's parameters): a batch size that a rank's share of the
-            training images cannot fill is refused, a run implausibly long is warned of; 0: not
-            checked.
+        workers: the run's training nodes; with batch_size, a batch that a rank's share of
+            the training images cannot fill is refused here (0: not checked).
+        gpus_per_worker: GPUs per node (the processes per node when nproc_per_node is 0).
+        nproc_per_node: processes per node; 0: one per GPU.
+        batch_size: images per step per process; 0: not checked.
+        epochs: passes over the data: a run of over a year at the fastest measured rate is
+            warned of.
+        image_size: the training image size (the rate estimate scales with it).
 
     Returns:
         dataset: the synced data; metadata: the sync's counts, the digest and the frozen folder.
@@ -179,10 +183,14 @@ def list_dataset_step(
     Args:
         data_uri: s3://bucket/prefix of the ImageFolder (train/ and val/ class folders).
         endpoint_url: S3 endpoint (MinIO, Ceph...); empty for AWS or AWS_ENDPOINT_URL_S3.
-        workers, gpus_per_worker, nproc_per_node, batch_size, epochs, image_size: the
-            run's size (the pipeline's parameters): a batch size that a rank's share of the
-            training images cannot fill is refused, a run implausibly long is warned of; 0: not
-            checked.
+        workers: the run's training nodes; with batch_size, a batch that a rank's share of
+            the training images cannot fill is refused here (0: not checked).
+        gpus_per_worker: GPUs per node (the processes per node when nproc_per_node is 0).
+        nproc_per_node: processes per node; 0: one per GPU.
+        batch_size: images per step per process; 0: not checked.
+        epochs: passes over the data: a run of over a year at the fastest measured rate is
+            warned of.
+        image_size: the training image size (the rate estimate scales with it).
 
     Returns:
         dataset: metadata only: the source, files, bytes, classes and the digest.
@@ -231,10 +239,6 @@ def publish_model_step(
         report: the evaluation's report of that model (its metadata holds the evaluation).
         publish_uri: s3://bucket/prefix; the model goes to publish_uri/<run id>/.
         endpoint_url: S3 endpoint (MinIO, Ceph...); empty for AWS or AWS_ENDPOINT_URL_S3.
-        workers, gpus_per_worker, nproc_per_node, batch_size, epochs, image_size: the
-            run's size (the pipeline's parameters): a batch size that a rank's share of the
-            training images cannot fill is refused, a run implausibly long is warned of; 0: not
-            checked.
         run_id: the KFP run id (dsl.PIPELINE_JOB_ID_PLACEHOLDER).
 
     Returns:
