@@ -7,7 +7,8 @@ every line goes to the log file; the console gets
 
 * ``✓ stage data from S3  3.1 s`` / ``✗ train  41.0 s`` when a step finishes,
 * the data step's report (``data: 36 files (3 classes) ...``, the images per class, the files
-  the training will skip),
+  the training will skip), the check step's ``start:`` lines (``init_from=latest: ...``) and
+  the publish step's ``latest:`` line,
 * the trainer's own lines (``[node-0] [trainer] step 40/180 | ... | 512 img/s``),
 * for a failed step, its one-line cause (the argument check's ``bad argument: epochs=0: ...``,
   the trainer's ``[trainer] error: ...``, or the last exception line).
@@ -44,8 +45,9 @@ CAUSES = (
     re.compile(r"^\s*(?:\[[\w-]+\] )?((?:[\w.]+\.)?\w+(?:Error|Exception|Exit)\w*: .+)$"),
 )
 PROGRESS = re.compile(r"\[trainer\] (step \d+/\d+|done:|resuming|already complete|stopped)")
-DATA_REPORT = re.compile(r"^\s*data: ")
-"""The data step's report: its counts, the images per class, the files the training skips."""
+DATA_REPORT = re.compile(r"^\s*(data|start|latest): ")
+"""The data step's report (its counts, the images per class, the files the training skips), what
+the check step settled the run starts from, and where the publish step left latest.json."""
 NODE_PREFIX = re.compile(r"^\s*(\[[\w-]+\] )")
 CONTINUATION = re.compile(r"^\s*\[[\w-]+\] (?!\[)(?![EWIF]\d{4} )(.+)$")
 """A further line of a node's multi-line error: the node's prefix, then neither a tag nor a

@@ -59,9 +59,9 @@ def fraction(fix: str, *, below_one: bool = False) -> Rule:
 
 
 def baseline_uri(value: Any) -> str | None:
-    """'' (no baseline), a path, or an s3://bucket/key."""
+    """'' (no baseline), latest (the model last published), a path, or an s3://bucket/key."""
     if not isinstance(value, str):
-        return "write s3://bucket/key, a path or ''"
+        return "write s3://bucket/key, a path, latest or ''"
     if value.startswith("s3:") and s3_uri_problem(value, prefix_required=True):
         return f"write s3://bucket/key or '' ({s3_uri_problem(value, prefix_required=True)})"
     return None

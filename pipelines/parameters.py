@@ -260,7 +260,8 @@ PARAMETERS = (
         type=str,
         default="",
         doc="""an earlier model's eval.json (s3:// or a path) to compare against;
-            empty for none.""",
+            latest: the model last published under publish_uri (its latest.json; none
+            published yet: no baseline); empty for none.""",
         rule=rules.baseline_uri,
     ),
     Parameter(

@@ -12,6 +12,7 @@ from typing import Any
 
 from components.launcher.spec import TrainSpec
 from pipelines.dataset import snapshot_path
+from pipelines.latest_model import LATEST
 from pipelines.parameters import step_parameters
 
 WORKSPACE_MOUNT_PATH = "/workspace"
@@ -27,6 +28,7 @@ def training_step_inputs(
     *,
     data_digest: Any,
     checkpoint_uri: Any,
+    init_from: Any = None,
     data_dir: Any = "",
     pvc_name: Any = "",
     data_bytes: Any = 0,
@@ -51,6 +53,8 @@ def training_step_inputs(
         "output_dir": f"{workspace_path}/train" if shared else "",
         "data_uri": "" if shared else a["data_uri"],
         "checkpoint_uri": checkpoint_uri,
+        # The check step's, checked and pinned (latest resolved); the parameter itself elsewhere.
+        "init_from": a["init_from"] if init_from is None else init_from,
         "backend": a["backend"],
         "pvc_name": pvc_name if shared else "",
         "pvc_mount_path": workspace_path if shared else "",
@@ -89,13 +93,16 @@ def planned_step_inputs(
 ) -> dict[str, Any]:
     """The training step's inputs from plain values, for a data step that found ``data_digest``
     and ``data_bytes`` (``kfp-ddp render`` and the argument check: what the pipeline would hand
-    the step)."""
+    the step). ``init_from=latest`` is resolved by the check step when the run starts (the
+    model published last); planned here, it is the run without it (random weights)."""
+    given = arguments.get("init_from")
     return training_step_inputs(
         arguments,
         data_dir=staged_data_dir(arguments, data_digest),
         data_digest=data_digest,
         pvc_name=arguments.get("workspace_pvc", ""),
         checkpoint_uri=checkpoint_base(arguments),
+        init_from="" if given == LATEST else given,
         data_bytes=data_bytes,
     )
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from components.s3_sync import sync
 from kfp_ddp.atomic_files import write_json_atomic
+from pipelines.latest_model import ANY_RUN, move_pointer, new_pointer
 
 
 def stage_files(model_path: str, report_path: str, evaluation: Any, folder: Path) -> list[str]:
@@ -42,11 +43,19 @@ def publish_model(
     publish_uri: str,
     run_id: str,
     endpoint_url: str | None = None,
+    latest_run: str = ANY_RUN,
+    data_digest: str = "",
 ) -> str:
-    """Upload the model and its evaluation to ``publish_uri/<run_id>/``; returns that URI."""
+    """Upload the model and its evaluation to ``publish_uri/<run_id>/``, then point
+    ``publish_uri/latest.json`` at it if it still names ``latest_run``; returns the model's URI."""
     destination = f"{publish_uri.rstrip('/')}/{run_id}/"
     with tempfile.TemporaryDirectory(prefix="kfp-ddp-publish-") as tmp:
         names = stage_files(model_path, report_path, evaluation, Path(tmp))
         report = sync(tmp, destination, endpoint_url=endpoint_url, progress=False)
     print(f"published {names} to {destination}: {report.summary()}")
+    pointer = new_pointer(
+        run_id=run_id, uri=destination, evaluation=evaluation, data_digest=data_digest
+    )
+    moved, said = move_pointer(publish_uri, pointer, seen_run=latest_run, endpoint_url=endpoint_url)
+    print(f"latest: {said}" if moved else f"latest: not moved: {said}", flush=True)
     return destination

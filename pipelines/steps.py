@@ -25,33 +25,45 @@ from pipelines.late_checks import check_baseline
 from pipelines.parameter_errors import ArgumentError, ParameterError
 from pipelines.parameters import COMPILE_TIME, PARAMETERS, function_inputs
 from pipelines.plan import checkpoint_base
+from pipelines.run_start import resolve_run_start
 from pipelines.validation import check_arguments
 
+CHECK_OUTPUTS = ("checkpoint_uri", "init_from", "baseline_uri", "latest_run")
+"""The check step's outputs (``run_argument_check``'s, in order)."""
 
-def run_argument_check(arguments: dict) -> str:
+
+def run_argument_check(arguments: dict) -> tuple[str, str, str, str]:
     """The check step's work: fail with one line per problem (parameter, value, fix).
 
-    Returns where the training keeps its checkpoints (and, with object-store storage, its
-    model): checkpoint_uri, or its default.
+    Returns ``CHECK_OUTPUTS``: where the training keeps its checkpoints (and, with object-store
+    storage, its model): checkpoint_uri, or its default; then what the run starts from
+    (``pipelines.run_start``): init_from checked and pinned, baseline_uri, and the run the
+    latest.json pointer names ('' for none).
     """
 
     try:
         check_arguments(arguments)
-        check_baseline(arguments)  # in S3 (this step's credentials), as the evaluation reads it
+        start = resolve_run_start(arguments)
+        # in S3 (this step's credentials), as the evaluation reads it
+        check_baseline({**arguments, "baseline_uri": start.baseline_uri})
     except ArgumentError as exc:
         for problem in exc.problems:
             print(f"bad argument: {problem}", flush=True)
         raise SystemExit(
             f"{len(exc.problems)} bad pipeline argument(s): {exc.problems[0]}"
         ) from None
+    for note in start.notes:
+        print(f"start: {note}", flush=True)
+    if start.init_from:
+        print(f"start: the training starts from {start.init_from}", flush=True)
     print("all pipeline arguments are valid")
-    return checkpoint_base(arguments)
+    return checkpoint_base(arguments), start.init_from, start.baseline_uri, start.latest_run
 
 
 def check_run_size(images: dict[str, dict[str, int]], **size: int) -> None:
     """The data step's check of the run's size against the training images it counted
     (``pipelines.run_size``): a warning line each, or the step fails naming ``batch_size``."""
-    from pipelines.run_size import RunSize
+    from pipelines.run_size import RunSize  # trainer.data (torch) for the data steps only
 
     run = RunSize.of(sum(images.get("train", {}).values()), **size)
     if run is None:
@@ -83,18 +95,26 @@ def _check_step():
             "fix).\n\nIts parameters are the pipeline's (pipelines.parameters) plus the "
             "compile-time backend,\nworkspace_path, storage and cluster_settings. Returns where "
             "the training keeps its\ncheckpoints (and, with object-store storage, its model): "
-            "checkpoint_uri, or its default."
+            "checkpoint_uri, or its default;\ninit_from checked and pinned, baseline_uri "
+            "resolved (latest: publish_uri/latest.json),\nand latest_run, the run the pointer "
+            "names now."
         ),
         body=f"""
-from pipelines.steps import run_argument_check
+from collections import namedtuple
 
-return run_argument_check(
+from pipelines.steps import CHECK_OUTPUTS, run_argument_check
+
+checked = run_argument_check(
     {{
 {given}    }}
 )
+return namedtuple("Outputs", CHECK_OUTPUTS)(*checked)
 """,
-        returns="str",
-        namespace={},
+        returns=(
+            'NamedTuple("Outputs", [("checkpoint_uri", str), ("init_from", str), '
+            '("baseline_uri", str), ("latest_run", str)])'
+        ),
+        namespace={"NamedTuple": NamedTuple},
         module=__name__,
     )
 
@@ -227,12 +247,16 @@ def publish_model_step(
     publish_uri: str,
     endpoint_url: str,
     run_id: str,
+    latest_run: str = "*",
+    data_digest: str = "",
 ) -> str:
     """Publish the model that passed the gate to publish_uri/<run id>/; returns that URI.
 
     Uploaded: the model's files (weights.pt, model.json, metrics.jsonl, summary.json), the
     evaluation as eval.json and its page as report.html. Every run publishes to its own prefix,
-    so nothing published earlier is ever overwritten.
+    so nothing published earlier is ever overwritten. Then publish_uri/latest.json is pointed at
+    it, if it still names latest_run (pipelines.latest_model): a model is never made the latest
+    without having been gated against the one it replaces.
 
     Args:
         model: the model to publish (the training step's model output).
@@ -240,6 +264,9 @@ def publish_model_step(
         publish_uri: s3://bucket/prefix; the model goes to publish_uri/<run id>/.
         endpoint_url: S3 endpoint (MinIO, Ceph...); empty for AWS or AWS_ENDPOINT_URL_S3.
         run_id: the KFP run id (dsl.PIPELINE_JOB_ID_PLACEHOLDER).
+        latest_run: the run latest.json named when this run started ('' for none); *: move
+            the pointer whatever it names (a model not compared with the latest one).
+        data_digest: the digest of the data the model was trained on (kept in latest.json).
 
     Returns:
         Output: the destination, publish_uri/<run id>/.
@@ -254,4 +281,6 @@ def publish_model_step(
         publish_uri=publish_uri,
         run_id=run_id,
         endpoint_url=endpoint_url or None,
+        latest_run=latest_run,
+        data_digest=data_digest,
     )

@@ -203,7 +203,8 @@ def build_training_pipeline(
                 data_dir=data_dir,
                 data_digest=data.outputs["digest"],
                 pvc_name=pvc_name,
-                checkpoint_uri=check.outputs["Output"],
+                checkpoint_uri=check.outputs["checkpoint_uri"],
+                init_from=check.outputs["init_from"],
                 data_bytes=0 if shared else data.outputs["size_bytes"],
             )
         ).set_display_name("train (TrainJob / PyTorchJob)")
@@ -217,7 +218,7 @@ def build_training_pipeline(
             model=train.outputs["model"],
             data_dir=data_dir,
             threshold=a["accuracy_threshold"],
-            baseline_uri=a["baseline_uri"],
+            baseline_uri=check.outputs["baseline_uri"],
             tolerance=a["tolerance"],
             endpoint_url=a["s3_endpoint"],
         ).set_display_name("evaluate")
@@ -231,6 +232,8 @@ def build_training_pipeline(
                 publish_uri=a["publish_uri"],
                 endpoint_url=a["s3_endpoint"],
                 run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                latest_run=check.outputs["latest_run"],
+                data_digest=data.outputs["digest"],
             ).set_display_name("publish the model to S3")
             requesting(publish, "publish")
             # Never cached: every run publishes to its own prefix (kfp.local would also key its

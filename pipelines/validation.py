@@ -35,6 +35,7 @@ from components.launcher.step import (
 )
 from kfp_ddp.s3_uri import S3Uri, S3UriError, parse_s3_uri
 from pipelines.late_checks import configuration_problems
+from pipelines.latest_model import LATEST
 from pipelines.parameter_errors import ArgumentError, ParameterError
 from pipelines.parameters import PARAMETERS, step_parameters
 from pipelines.plan import planned_step_inputs
@@ -42,6 +43,9 @@ from trainer.errors import ConfigError
 from trainer.flags import check_flags
 
 __all__ = ["ArgumentError", "ParameterError", "check_arguments"]
+
+PIPELINE_VALUES = {"init_from": (LATEST,)}
+"""Values of a trainer setting that only the pipeline knows: the check step resolves them."""
 
 
 def check_arguments(arguments: Mapping[str, Any]) -> None:
@@ -195,6 +199,8 @@ def _trainer_flag_errors(a: Mapping[str, Any]) -> list[ParameterError]:
         parameter = by_input.get(name)
         if parameter is None or parameter not in a:
             continue
+        if a[parameter] in PIPELINE_VALUES.get(parameter, ()):
+            continue  # the check step resolves it (pipelines.run_start)
         try:  # the parameter's own value: 0 and "" are values here, not "the trainer's default"
             check_flags(flag_args(flag, a[parameter]))
         except ConfigError as exc:

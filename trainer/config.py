@@ -60,6 +60,11 @@ class TrainConfig:
     """Number of classes with --synthetic (real data: the class folders)."""
     model: str = "resnet18"
     """Any torchvision classification model name (torchvision.models.list_models)."""
+    init_from: str = ""
+    """Where the weights start: '' random; imagenet (torchvision's pretrained weights for --model,
+    from its cache in TORCH_HOME or downloaded); an s3:// model folder (weights.pt + model.json)
+    or an s3://.../file.pt state dict; in the pipeline also latest (the model last published
+    under publish_uri; none yet: random). Another number of classes gets a new classifier head."""
     epochs: int = 10
     """Passes over the training data."""
     max_steps: int | None = None
@@ -248,6 +253,7 @@ CHOICES = {
 """The fields that take one of a few words, and those words (checked here, offered by --help)."""
 
 TRAJECTORY_SETTINGS = (
+    "init_from",
     "optimizer",
     "lr",
     "momentum",
@@ -339,6 +345,10 @@ def _check_model_and_paths(cfg: TrainConfig) -> None:
         path = getattr(cfg, name)
         if path.exists() and not path.is_dir():
             raise ConfigError(f"{flag(name)} {path} is a file; give a folder (new or existing)")
+    if cfg.init_from:
+        from trainer.init_weights import check_value  # torch: see the import above
+
+        check_value(cfg.init_from)
 
 
 def _check_checkpoint_uri(cfg: TrainConfig) -> None:

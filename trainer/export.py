@@ -25,6 +25,7 @@ def save_model(
     image_size: int,
     mean: list[float],
     std: list[float],
+    starting_weights: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Write the model folder atomically (weights first, ``model.json`` last); return the json."""
     model_dir = Path(model_dir)
@@ -38,6 +39,7 @@ def save_model(
         "image_size": image_size,
         "mean": [float(v) for v in mean],
         "std": [float(v) for v in std],
+        "starting_weights": starting_weights,
     }
     write_json_atomic(model_dir / CONFIG_FILE, info)
     return info

@@ -105,6 +105,8 @@ class Trainer:
         """Opened when training begins: a refused config or a finished run writes no file."""
         self.mirror: CheckpointMirror | None = None
         """Rank 0's upload of checkpoints to --checkpoint-uri (set up by resume())."""
+        self.starting_weights: dict[str, str] | None = None
+        """``--init-from``'s weights: where they were read, their sha256 (summary, model card)."""
         self.progress = ProgressTracker()
         """The latest progress figures: reported while training, the final ones in summary.json."""
         self.status: StatusReporter | None = None
@@ -160,6 +162,7 @@ class Trainer:
             device=self.device,
             precision=self.precision,
         )
+        self.start_from_weights()
         self.resume()
         wrap_model(cfg, self.parts, env, self.device)
         self.validator = Validator(
@@ -169,6 +172,23 @@ class Trainer:
             precision=self.precision,
             batch_size=cfg.val_batch_size or 2 * cfg.batch_size,
         )
+
+    def start_from_weights(self) -> None:
+        """``--init-from``: the starting weights copied into the fresh model (a resumed run then
+        loads its checkpoint over them), a new head for another number of classes."""
+        cfg = self.cfg
+        if not cfg.init_from:
+            return
+        from trainer.init_weights import fetch, load_into  # S3 and torchvision's weights API
+
+        weights = fetch(cfg.init_from, cfg.model)
+        assert weights is not None
+        change = load_into(
+            self.parts.model, weights, arch=cfg.model, num_classes=len(self.inputs.class_names)
+        )
+        self.starting_weights = weights.record()
+        head = f"; {change.line()}" if change else ""
+        self.log.line(f"weights from {weights.uri} (sha256 {weights.sha256[:16]}){head}")
 
     def resume(self) -> None:
         """Continue from the newest complete checkpoint (local or in S3), if there is one."""
@@ -554,6 +574,7 @@ class Trainer:
             image_size=self.cfg.image_size,
             mean=list(self.inputs.mean),
             std=list(self.inputs.std),
+            starting_weights=self.starting_weights,
         )
 
     def summary(self, train_seconds: float, in_sync: bool, final: Progress) -> dict[str, Any]:
@@ -570,6 +591,7 @@ class Trainer:
             in_sync=in_sync,
             final=final,
             skipped_images=self.inputs.skipped_images,
+            starting_weights=self.starting_weights,
         )
 
     def _barrier(self) -> None:

@@ -33,6 +33,7 @@ def run_summary(
     in_sync: bool,
     final: Progress,
     skipped_images: list[str],
+    starting_weights: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The summary of a run that ended at ``state.step``; ``final``: its last progress figures."""
     history = state.history
@@ -60,6 +61,7 @@ def run_summary(
         "device": device,
         "replicas_in_sync": in_sync,
         "skipped_images": {"count": len(skipped_images), "keys": skipped_images},
+        "starting_weights": starting_weights,
         SUMMARY_KEY: final.trainer_status(),  # the final progress figures, as reported
     }
 

@@ -169,6 +169,7 @@ class TrainingStepInputs:
     # None leaves the trainer's default; their types and descriptions are the trainer's. The one
     # input not named as its setting: ``model`` is the component's output artifact already.
     model_name: str | None = trainer_setting("model")
+    init_from: str | None = trainer_setting("init_from")
     epochs: int | None = trainer_setting("epochs")
     batch_size: int | None = trainer_setting("batch_size")
     lr: float | None = trainer_setting("lr", pipeline_default=0.1, why=LR_DEFAULT_WHY)

@@ -67,7 +67,7 @@ def test_data_step_lists_and_the_nodes_stage(docs: tuple[dict, dict]) -> None:
     }
     # The checkpoint URI is the check step's answer: checkpoint_uri, or publish_uri/training.
     assert train["checkpoint_uri"]["taskOutputParameter"] == {
-        "outputParameterKey": "Output",
+        "outputParameterKey": "checkpoint_uri",
         "producerTask": "check-arguments-step",
     }
     assert train["s3_credentials_secret"] == {

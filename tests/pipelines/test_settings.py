@@ -40,6 +40,7 @@ BASE = {"data_uri": "s3://data/set", "checkpoint_uri": "s3://bucket/ckpt", "data
 def test_the_step_declares_the_trainer_settings_the_pipeline_offers():
     assert [f.name for f in SETTINGS] == [
         "model_name",  # not "model": the component's output artifact has that name
+        "init_from",
         "epochs",
         "batch_size",
         "lr",

@@ -35,6 +35,7 @@ EXPECTED_PARAMETERS = {
     "cpu_request": "STRING",
     "memory_request": "STRING",
     "model": "STRING",
+    "init_from": "STRING",
     "epochs": "NUMBER_INTEGER",
     "batch_size": "NUMBER_INTEGER",
     "lr": "NUMBER_DOUBLE",
@@ -167,10 +168,19 @@ def test_structure_gate_retries_caching_and_exit_handler(docs: tuple[dict, dict]
         "check-arguments-step",
         "stage-dataset-step",
     ]
+    # (the check step also resolves baseline_uri=latest for the evaluation)
     assert sorted(tasks["evaluate-component"]["dependentTasks"]) == [
+        "check-arguments-step",
         "stage-dataset-step",
         "training-job-component",
     ]
+    # What the run starts from and is compared with: the check step's answers.
+    for task, name in (
+        ("training-job-component", "init_from"),
+        ("evaluate-component", "baseline_uri"),
+    ):
+        given = tasks[task]["inputs"]["parameters"][name]["taskOutputParameter"]
+        assert given == {"outputParameterKey": name, "producerTask": "check-arguments-step"}
     conditions = [
         t["triggerPolicy"]["condition"]
         for t in tasks.values()

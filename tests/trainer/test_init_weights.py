@@ -1,0 +1,192 @@
+"""--init-from: a run starts from torchvision's ImageNet weights (read from a TORCH_HOME cache
+filled beforehand: no network here), a published model folder or a state dict in S3; a new
+head for another number of classes; every refusal names the flag, before step 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.image_data import write_image_folder
+from tests.trainer.trainer_launch import TINY
+from trainer.errors import EXIT_CONFIG
+from trainer.init_weights import StartingWeightsError, fetch, load_into
+from trainer.models import build_model
+from trainer.train import main
+from trainer.tv_compat import import_torchvision
+
+ARCH = "mobilenet_v3_small"
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch, tmp_path_factory):
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("sync-cache")))
+    return s3_server
+
+
+def _train(tmp_path: Path, name: str, *extra: str, classes=("circle", "square")) -> Path:
+    """A one-epoch run on a small folder of ``classes``; its output folder."""
+    data = write_image_folder(tmp_path / f"data-{len(classes)}", classes=classes, per_class=8)
+    out = tmp_path / name
+    args = ["--data-dir", str(data), "--output-dir", str(out), *TINY, "--epochs", "1"]
+    assert main([*args, "--batch-size", "4", *extra]) == 0
+    return out
+
+
+def _upload(s3, folder: Path, name: str) -> str:
+    from components.s3_sync import sync
+
+    uri = f"s3://{s3.create_bucket('init-weights')}/{name}"
+    sync(str(folder), uri)
+    return uri
+
+
+def test_a_published_model_folder_starts_a_run_with_a_new_head_for_more_classes(
+    s3, tmp_path, capsys
+):
+    first = _train(tmp_path, "first")
+    uri = _upload(s3, first / "model", "runs/first")
+    capsys.readouterr()
+    second = _train(tmp_path, "second", "--init-from", uri, classes=("circle", "square", "stripe"))
+    said = capsys.readouterr()
+    assert f"weights from {uri}/weights.pt" in said.out + said.err
+    assert "new head for 3 classes (was 2)" in said.out + said.err
+    digest = __import__("hashlib").sha256((first / "model" / "weights.pt").read_bytes())
+    record = {"init_from": uri, "uri": f"{uri}/weights.pt", "sha256": digest.hexdigest()}
+    assert json.loads((second / "summary.json").read_text())["starting_weights"] == record
+    assert json.loads((second / "model" / "model.json").read_text())["starting_weights"] == record
+
+
+def test_the_weights_are_the_published_ones_but_for_the_new_head(s3, tmp_path):
+    first = _train(tmp_path, "first")
+    uri = _upload(s3, first / "model", "runs/same")
+    weights = fetch(uri, ARCH)
+    assert weights is not None and weights.arch == ARCH and weights.classes == 2
+    model = build_model(ARCH, 5)
+    change = load_into(model, weights, arch=ARCH, num_classes=5)
+    assert change is not None and change.was == 2 and change.now == 5
+    published = torch.load(first / "model" / "weights.pt", weights_only=True)
+    mine = model.state_dict()
+    for key, tensor in published.items():
+        if key in change.keys:
+            assert mine[key].shape[0] == 5
+        else:
+            assert torch.equal(mine[key], tensor), key
+
+
+def test_a_state_dict_saved_from_ddp_is_read_and_pinned_by_its_digest(s3, tmp_path):
+    model = build_model(ARCH, 10)
+    folder = tmp_path / "sd"
+    folder.mkdir()
+    torch.save({f"module.{k}": v for k, v in model.state_dict().items()}, folder / "my [v1].pth")
+    uri = _upload(s3, folder, "state-dicts") + "/my [v1].pth"
+    weights = fetch(uri, ARCH)
+    assert weights is not None and weights.uri == uri
+    pinned = weights.pinned()
+    assert pinned == f"{uri}#sha256={weights.sha256}"
+    assert fetch(pinned, ARCH) is not None  # the same file: accepted
+    torch.save(build_model(ARCH, 10).state_dict(), folder / "my [v1].pth")  # replaced since
+    _upload(s3, folder, "state-dicts")
+    with pytest.raises(StartingWeightsError, match="the weights changed since they were checked"):
+        fetch(pinned, ARCH)
+
+
+@pytest.mark.parametrize(
+    ("saved", "refusal"),
+    [
+        (
+            "resnet18",
+            "not weights of --model mobilenet_v3_small (244 of the model's tensors missing",
+        ),
+        ("list", "holds a list, not a state dict (parameter names to tensors)"),
+        ("text", "is not a state dict torch.load(weights_only=True) can read"),
+    ],
+)
+def test_weights_of_another_model_or_no_state_dict_are_refused_before_step_1(
+    s3, tmp_path, capsys, saved, refusal
+):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    if saved == "resnet18":
+        torch.save(build_model("resnet18", 2).state_dict(), folder / "w.pt")
+    elif saved == "list":
+        torch.save([torch.zeros(2)], folder / "w.pt")
+    else:
+        (folder / "w.pt").write_text("not weights")
+    uri = _upload(s3, folder, f"bad-{saved}") + "/w.pt"
+    data = write_image_folder(tmp_path / "data", classes=("a", "b"), per_class=4)
+    out = tmp_path / "out"
+    args = ["--data-dir", str(data), "--output-dir", str(out), *TINY, "--batch-size", "2"]
+    assert main([*args, "--init-from", uri]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert f"--init-from {uri!r}: " in err and refusal in err, err
+    assert not list(out.glob("checkpoints/step-*"))
+
+
+def test_a_model_folder_of_another_architecture_says_which(s3, tmp_path):
+    first = _train(tmp_path, "first")
+    uri = _upload(s3, first / "model", "runs/arch")
+    weights = fetch(uri, "resnet18")
+    assert weights is not None
+    with pytest.raises(StartingWeightsError) as refused:
+        load_into(build_model("resnet18", 2), weights, arch="resnet18", num_classes=2)
+    assert str(refused.value) == (
+        f"--init-from {uri!r}: is a mobilenet_v3_small model, not --model resnet18: set "
+        "model=mobilenet_v3_small"
+    )
+
+
+def test_nothing_at_the_uri_is_refused_by_name(s3, tmp_path):
+    uri = _upload(s3, write_image_folder(tmp_path / "d", per_class=1), "not-a-model")
+    with pytest.raises(StartingWeightsError, match="holds no weights.pt and model.json"):
+        fetch(uri, ARCH)
+
+
+@pytest.mark.parametrize("value", ["latest", "hf://x", "s3://", "s3://b/w.pt#sha256=12"])
+def test_values_of_no_known_form_are_refused_by_the_flag_check(tmp_path, capsys, value):
+    args = ["--synthetic", "--output-dir", str(tmp_path / "o"), *TINY, "--init-from", value]
+    assert main(args) == EXIT_CONFIG
+    assert f"--init-from {value!r}: " in capsys.readouterr().err
+
+
+def _fill_torch_cache(home: Path) -> Path:
+    """$TORCH_HOME/hub/checkpoints/<torchvision's file name> with weights of the right shapes
+    (random: the test checks the path, not ImageNet)."""
+    tv = import_torchvision()
+    weights = tv.models.get_model_weights(ARCH).DEFAULT
+    path = home / "hub" / "checkpoints" / Path(weights.url).name
+    path.parent.mkdir(parents=True)
+    torch.save(build_model(ARCH, 1000).state_dict(), path)
+    return path
+
+
+def test_imagenet_weights_come_from_a_torch_home_cache_filled_beforehand(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # no network, as on the cluster
+    cached = _fill_torch_cache(tmp_path / "torch")
+    out = _train(tmp_path, "fine-tuned", "--init-from", "imagenet")
+    said = capsys.readouterr()
+    assert "new head for 2 classes (was 1000)" in said.out + said.err
+    record = json.loads((out / "summary.json").read_text())["starting_weights"]
+    assert record["init_from"] == "imagenet" and record["uri"].endswith(cached.name)
+    assert record["sha256"] == __import__("hashlib").sha256(cached.read_bytes()).hexdigest()
+
+
+def test_imagenet_without_network_or_cache_names_the_two_fixes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "empty"))
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("https_proxy", "http://127.0.0.1:9")
+    with pytest.raises(StartingWeightsError) as refused:
+        fetch("imagenet", ARCH)
+    message = str(refused.value)
+    assert message.startswith("--init-from 'imagenet': torchvision's weights for ")
+    assert "this machine cannot download it" in message
+    assert "copy the file into S3 and set init_from to its s3:// URI" in message
+    assert "point TORCH_HOME at it" in message

@@ -1,0 +1,340 @@
+"""Where a run's weights start (``--init-from``; the pipeline's ``init_from``).
+
+=====================  ==========================================================================
+``''``                 random weights (seeded by ``--seed``)
+``imagenet``           torchvision's pretrained weights for ``--model``, through torchvision's
+                       weights API and its cache (``$TORCH_HOME/hub/checkpoints``): downloaded
+                       once, or read from a cache filled beforehand (clusters without internet)
+``s3://…/``            a model folder this pipeline published (``weights.pt`` + ``model.json``)
+``s3://…/x.pt``        a state dict (``.pt`` / ``.pth``), read by ``torch.load(weights_only=True)``
+``latest``             the pipeline's: the model ``<publish_uri>/latest.json`` names, resolved by
+                       its check step to an ``s3://`` folder (the trainer itself refuses it)
+=====================  ==========================================================================
+
+An ``s3://`` value may end in ``#sha256=<hex>``: the weights file must have that digest. The
+pipeline's check step reads the weights, checks them against the model and pins the value, so
+the training starts from exactly what was checked (and the run's folder, its cache key, names
+it).
+
+The weights must be the model's: the same parameter names and shapes. Only the classifier head
+may differ, in its number of classes; it is then replaced by a new one (``new head for 5
+classes (was 1000)``). Anything else is refused, naming the flag, before step 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import torch
+
+from trainer.errors import ConfigError
+from trainer.tv_compat import import_torchvision
+
+IMAGENET = "imagenet"
+LATEST = "latest"
+PIN = "#sha256="
+STATE_SUFFIXES = (".pt", ".pth")
+FOLDER_FILES = ("weights.pt", "model.json")
+"""A published model folder (``trainer.export``): its weights and its card."""
+PREFIXES = ("module.", "_orig_mod.")
+"""What DDP and torch.compile put before the names of a state dict saved from their wrapper."""
+AUXILIARY = ("AuxLogits.", "aux1.", "aux2.")
+"""Auxiliary classifiers of inception_v3 and googlenet: in their ImageNet weights, not in the
+model the trainer builds (``aux_logits=False``)."""
+OFFLINE_FIX = (
+    "this machine cannot download it ({reason}). On a cluster without internet: copy the file "
+    "into S3 and set {name} to its s3:// URI (e.g. s3://models/pretrained/{file}), or fill a "
+    "torchvision cache beforehand and point TORCH_HOME at it in the nodes' env (overrides_json "
+    '{{"env": {{"TORCH_HOME": "/cache/torch"}}}} with the volume mounted there; the file goes '
+    "to $TORCH_HOME/hub/checkpoints/{file})"
+)
+
+
+class StartingWeightsError(ConfigError):
+    """``--init-from`` (``init_from``) names weights this run cannot start from.
+
+    ``value`` is what was given, ``fix`` what is wrong and what to do: the trainer says
+    ``--init-from VALUE: FIX``, the pipeline ``init_from='VALUE': FIX``.
+    """
+
+    def __init__(self, value: str, fix: str):
+        super().__init__(f"--init-from {value!r}: {fix}")
+        self.value = value
+        self.fix = fix
+
+
+@dataclass(frozen=True)
+class StartingWeights:
+    """Weights read for ``init_from``, and where they came from."""
+
+    init_from: str
+    uri: str
+    """Where the weights file was read: an s3:// URI or torchvision's download URL."""
+    sha256: str
+    state: dict[str, torch.Tensor] = field(repr=False)
+    arch: str | None = None
+    """The model the weights are for, when they say it (a published folder's model.json)."""
+    classes: int | None = None
+    """Their number of classes, when they say it (model.json)."""
+
+    def record(self) -> dict[str, str]:
+        """What ``summary.json`` and ``model.json`` keep of them."""
+        return {"init_from": self.init_from, "uri": self.uri, "sha256": self.sha256}
+
+    def pinned(self) -> str:
+        """The value that names exactly these weights (``s3://…#sha256=…``; ``imagenet`` is
+        pinned by torchvision's own file name)."""
+        if self.init_from == IMAGENET:
+            return IMAGENET
+        return f"{split_pin(self.init_from)[0]}{PIN}{self.sha256}"
+
+
+def split_pin(init_from: str) -> tuple[str, str]:
+    """(the location, the pinned digest or '')."""
+    location, _, digest = init_from.partition(PIN)
+    return location, digest
+
+
+def check_value(init_from: str) -> None:
+    """StartingWeightsError unless ``init_from`` has one of the forms above (no I/O)."""
+    location, digest = split_pin(init_from)
+    if init_from in ("", IMAGENET):
+        return
+    if init_from == LATEST:
+        raise StartingWeightsError(
+            init_from,
+            "'latest' is the pipeline's: its check step reads <publish_uri>/latest.json and "
+            "hands the trainer that model's s3:// URI; give the trainer an s3:// URI itself",
+        )
+    if not location.startswith("s3://") or len(location) <= len("s3://"):
+        raise StartingWeightsError(
+            init_from,
+            "use '' (random weights), 'imagenet' (torchvision's pretrained weights), 'latest' "
+            "(the pipeline's last published model), an s3:// model folder "
+            "(weights.pt + model.json) or an s3://…/file.pt state dict",
+        )
+    if digest and (len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest)):
+        raise StartingWeightsError(init_from, f"{PIN}{digest} is not a sha256 digest (64 hex)")
+
+
+def fetch(init_from: str, arch: str, *, endpoint_url: str | None = None) -> StartingWeights | None:
+    """The weights ``init_from`` names for ``--model arch`` (None: random weights)."""
+    check_value(init_from)
+    if not init_from:
+        return None
+    if init_from == IMAGENET:
+        return _imagenet(arch)
+    return _from_s3(init_from, endpoint_url)
+
+
+def _imagenet(arch: str) -> StartingWeights:
+    tv = import_torchvision()
+    try:
+        weights = tv.models.get_model_weights(arch).DEFAULT
+    except (ValueError, KeyError, AttributeError) as err:
+        raise StartingWeightsError(
+            IMAGENET,
+            f"torchvision has no pretrained weights for --model {arch} ({err}); use a model "
+            "that has (torchvision.models.list_models) or an s3:// state dict",
+        ) from err
+    file = PurePosixPath(weights.url).name
+    path = Path(torch.hub.get_dir()) / "checkpoints" / file
+    try:
+        state = weights.get_state_dict(progress=False, check_hash=True)
+    except (OSError, RuntimeError) as err:  # URLError is an OSError
+        reason = str(getattr(err, "reason", err)).splitlines()[0][:200]
+        raise StartingWeightsError(
+            IMAGENET,
+            f"torchvision's weights for {arch} ({weights}) come from {weights.url}, and "
+            + OFFLINE_FIX.format(reason=reason, name="init_from", file=file),
+        ) from err
+    return StartingWeights(
+        init_from=IMAGENET,
+        uri=weights.url,
+        sha256=_sha256(path),
+        state=_state_dict(IMAGENET, state),
+        arch=arch,
+        classes=len(weights.meta.get("categories") or []) or None,
+    )
+
+
+def _from_s3(init_from: str, endpoint_url: str | None) -> StartingWeights:
+    from components.s3_sync import S3SyncError, sync  # S3 only for the runs that need it
+
+    location, pinned = split_pin(init_from)
+    is_file = location.lower().endswith(STATE_SUFFIXES)
+    folder, _, name = location.rpartition("/") if is_file else (location.rstrip("/"), "", "")
+    wanted = [name] if is_file else list(FOLDER_FILES)
+    with tempfile.TemporaryDirectory(prefix="kfp-ddp-init-") as tmp:
+        try:
+            sync(
+                f"{folder}/",
+                tmp,
+                include=[_literal_glob(w) for w in wanted],
+                endpoint_url=endpoint_url,
+                progress=False,
+            )
+        except S3SyncError as err:
+            raise StartingWeightsError(init_from, f"cannot be read: {err}") from err
+        found = Path(tmp)
+        weights = found / (name if is_file else FOLDER_FILES[0])
+        if not weights.is_file():
+            what = name if is_file else "weights.pt and model.json (a model folder)"
+            raise StartingWeightsError(
+                init_from,
+                f"holds no {what}; give a model folder this pipeline published "
+                "(s3://…/<run id>/) or a .pt/.pth state dict",
+            )
+        card = _card(init_from, found / FOLDER_FILES[1]) if not is_file else {}
+        digest = _sha256(weights)
+        if pinned and digest != pinned:
+            raise StartingWeightsError(
+                init_from,
+                f"the weights changed since they were checked (sha256 {digest}); start the run "
+                "again to check them anew",
+            )
+        state = _load(init_from, weights)
+    return StartingWeights(
+        init_from=location,
+        uri=f"{folder}/{weights.name}",
+        sha256=digest,
+        state=state,
+        arch=card.get("arch"),
+        classes=card.get("num_classes"),
+    )
+
+
+def _card(init_from: str, path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise StartingWeightsError(
+            init_from,
+            "has weights.pt but no model.json: not a model folder this pipeline published; "
+            "give the weights file itself (s3://…/weights.pt)",
+        )
+    try:
+        card = json.loads(path.read_text())
+    except ValueError as err:
+        raise StartingWeightsError(init_from, f"its model.json is not JSON ({err})") from err
+    return card if isinstance(card, dict) else {}
+
+
+def _load(init_from: str, path: Path) -> dict[str, torch.Tensor]:
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file gets the same refusal
+        reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err)
+        raise StartingWeightsError(
+            init_from,
+            f"{path.name} is not a state dict torch.load(weights_only=True) can read ({reason}); "
+            "save the weights with torch.save(model.state_dict(), path)",
+        ) from err
+    return _state_dict(init_from, loaded)
+
+
+def _state_dict(init_from: str, loaded: Any) -> dict[str, torch.Tensor]:
+    """``loaded`` as a state dict (parameter name → tensor), DDP's and compile's prefixes off."""
+    if not (
+        isinstance(loaded, Mapping)
+        and loaded
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in loaded.items())
+    ):
+        what = type(loaded).__name__
+        if isinstance(loaded, Mapping):
+            what += f" with keys {sorted(map(str, loaded))[:5]}"
+        raise StartingWeightsError(
+            init_from,
+            f"holds a {what}, not a state dict (parameter names to tensors); save the weights "
+            "with torch.save(model.state_dict(), path)",
+        )
+    state = {}
+    for key, tensor in loaded.items():
+        for prefix in PREFIXES:
+            key = key.removeprefix(prefix)
+        state[key] = tensor
+    return state
+
+
+@dataclass(frozen=True)
+class HeadChange:
+    """The classifier head replaced: its parameters, and the classes they had."""
+
+    keys: list[str]
+    was: int
+    now: int
+
+    def line(self) -> str:
+        return f"new head for {self.now} classes (was {self.was})"
+
+
+def match(
+    model: torch.nn.Module, weights: StartingWeights, *, arch: str, num_classes: int
+) -> HeadChange | None:
+    """StartingWeightsError unless ``weights`` fit ``model`` (``arch`` with ``num_classes``)
+    but for the classifier head's classes; the head change, if any."""
+    value = weights.init_from
+    if weights.arch is not None and weights.arch != arch:
+        raise StartingWeightsError(
+            value, f"is a {weights.arch} model, not --model {arch}: set model={weights.arch}"
+        )
+    own = model.state_dict()
+    state = {k: v for k, v in weights.state.items() if k in own or not k.startswith(AUXILIARY)}
+    missing = sorted(own.keys() - state.keys())
+    unexpected = sorted(state.keys() - own.keys())
+    differ = sorted(k for k in own.keys() & state.keys() if own[k].shape != state[k].shape)
+    head = [
+        k
+        for k in differ
+        if own[k].ndim and own[k].shape[0] == num_classes and own[k].shape[1:] == state[k].shape[1:]
+    ]
+    was = {state[k].shape[0] for k in head}
+    if missing or unexpected or len(head) != len(differ) or len(was) > 1:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} of the model's tensors missing (e.g. {missing[:3]})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} not in the model (e.g. {unexpected[:3]})")
+        other = [k for k in differ if k not in head] or differ
+        if differ and other:
+            k = other[0]
+            shapes = f"{tuple(state[k].shape)} vs {tuple(own[k].shape)}"
+            parts.append(f"shapes differ, e.g. {k} {shapes}")
+        raise StartingWeightsError(
+            value,
+            f"these are not weights of --model {arch} ({'; '.join(parts)}); give weights of "
+            f"the same architecture, or set model to theirs",
+        )
+    if not head:
+        return None
+    return HeadChange(keys=head, was=was.pop(), now=num_classes)
+
+
+def load_into(
+    model: torch.nn.Module, weights: StartingWeights, *, arch: str, num_classes: int
+) -> HeadChange | None:
+    """Copy ``weights`` into ``model`` (checked by ``match``); a changed head keeps the model's
+    own new initialisation."""
+    change = match(model, weights, arch=arch, num_classes=num_classes)
+    skip = set(change.keys) if change else set()
+    own = model.state_dict()
+    state = {k: v for k, v in weights.state.items() if k in own and k not in skip}
+    model.load_state_dict(state, strict=False)
+    return change
+
+
+def _literal_glob(name: str) -> str:
+    """``name`` as a glob that matches only itself."""
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in name)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
