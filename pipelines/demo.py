@@ -188,8 +188,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
                 "image_size": 32,
                 # a killed demo resumes: its ~90 steps would never reach the default 200
                 "checkpoint_every_steps": DEMO_CHECKPOINT_EVERY_STEPS,
-                # Digits must not be mirrored (the default crop-flip would), and a short
-                # warmup keeps the first steps of a from-scratch ResNet stable.
+                # Digits must not be mirrored (the default, auto, finds so too), nor shifted
+                # at 32 px, and a short warmup keeps a from-scratch ResNet's first steps stable.
                 "trainer_args": [
                     *("--augment", "none", "--warmup-steps", "10"),
                     *("--log-interval", "5"),  # enough points for the report's curves

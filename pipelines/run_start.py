@@ -99,6 +99,16 @@ def _latest(
     return pointer.uri
 
 
+def init_from_place_problem(value: Any) -> str | None:
+    """What is wrong with a path as ``init_from`` in the pipeline (None: not a path)."""
+    if not isinstance(value, str) or value in ("", LATEST, "imagenet") or "://" in value:
+        return None
+    return (
+        "the training nodes cannot read the files of the machine that starts the run: copy the "
+        "model folder or state dict to S3 (aws s3 cp --recursive ...) and give its s3:// URI"
+    )
+
+
 def checked_weights(init_from: str, model: str, arguments: Mapping[str, Any]) -> str:
     """``init_from`` checked against ``model`` and pinned ('' and ``imagenet`` as they are)."""
     # torch and torchvision (~3 s) for the runs that start from weights only
@@ -107,6 +117,9 @@ def checked_weights(init_from: str, model: str, arguments: Mapping[str, Any]) ->
 
     if not init_from:
         return ""
+    problem = init_from_place_problem(init_from)
+    if problem:
+        raise ParameterError("init_from", init_from, problem)
     try:
         if init_from == IMAGENET:
             _imagenet_reachable(model, arguments)

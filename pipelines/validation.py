@@ -39,6 +39,7 @@ from pipelines.latest_model import LATEST
 from pipelines.parameter_errors import ArgumentError, ParameterError
 from pipelines.parameters import PARAMETERS, step_parameters
 from pipelines.plan import planned_step_inputs
+from pipelines.run_start import init_from_place_problem
 from trainer.errors import ConfigError
 from trainer.flags import check_flags
 
@@ -54,6 +55,9 @@ def check_arguments(arguments: Mapping[str, Any]) -> None:
     errors = list(_rules(arguments))
     named = {error.field for error in errors}
     errors += [e for e in _overlapping_places(arguments) if e.field not in named]
+    place = init_from_place_problem(arguments.get("init_from"))
+    if place:
+        errors.append(ParameterError("init_from", arguments.get("init_from"), place))
     errors += _overrides(arguments)
     named = {error.field for error in errors}
     errors += [e for e in _trainer_flag_errors(arguments) if e.field not in named]

@@ -58,6 +58,8 @@ class DataParts:
     std: tuple[float, ...]
     skipped_images: list[str] = field(default_factory=list)
     """Keys of the unreadable images left out (``--skip-bad-images``)."""
+    augment: dict[str, Any] = field(default_factory=dict)
+    """The augmentation trained with (``auto``: what the mirror probe decided, and its figures)."""
 
 
 def build_data(
@@ -108,6 +110,8 @@ def _folder_data(
 ) -> DataParts:
     folder = build_folder_data(cfg, env, device, group)
     log.line(f"data: {folder.description}")
+    if folder.mirror is not None:
+        log.line(folder.mirror.line())
     for warning in folder.warnings:
         log.line(f"WARNING: {warning}")
     return DataParts(
@@ -116,6 +120,7 @@ def _folder_data(
         mean=IMAGENET_MEAN,
         std=IMAGENET_STD,
         skipped_images=[bad.key for bad in folder.skipped],
+        augment=folder.mirror.record() if folder.mirror else {"augment": cfg.augment},
     )
 
 

@@ -22,7 +22,7 @@ from trainer.errors import ConfigError
 
 OPTIMIZERS = ("sgd", "adamw")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-AUGMENTS = ("none", "crop", "crop-flip")
+AUGMENTS = ("auto", "none", "crop", "crop-flip")
 CACHE_MODES = ("auto", "always", "never")
 DEVICES = ("auto", "cpu", "cuda")
 DECODES = ("auto", "cpu", "gpu")
@@ -129,8 +129,10 @@ class TrainConfig:
     """DataLoader workers per process (default: 0 on CPU, a share of the cores on GPU)."""
     image_size: int = 224
     """Square input size; images are resized (shorter side) and centre-cropped to it."""
-    augment: str = "crop-flip"
-    """Training augmentation: none, crop (random crop) or crop-flip (+ horizontal flip)."""
+    augment: str = "auto"
+    """Training augmentation: none, crop (random crop), crop-flip (+ horizontal flip), or auto:
+    crop-flip unless a mirror changes the classes (digits, letters, signs), judged before step 1
+    by a probe of the training images (trainer.mirror_probe), else crop."""
     cache_images: str = "auto"
     """Decode the data set once into memory: auto (if it fits in 512 MiB), always, never."""
     decode: str = "auto"

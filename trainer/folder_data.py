@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +41,9 @@ from trainer.image_check import (
     gathered,
     without,
 )
-from trainer.listing import ImageListing, shared_splits
+from trainer.listing import ImageListing, broadcast_bytes, shared_splits
 from trainer.loader import StreamedImages, default_num_workers, prefetch_depth, shm_bytes
+from trainer.mirror_probe import MirrorProbe, probe_mirror
 
 CHECK_THREADS_MAX = 32
 """Threads per process reading the images once before step 1."""
@@ -59,6 +62,23 @@ class FolderData:
     warnings: list[str] = field(default_factory=list)
     skipped: list[BadImage] = field(default_factory=list)
     """The unreadable images left out (``--skip-bad-images``)."""
+    mirror: MirrorProbe | None = None
+    """``--augment auto``'s probe: whether the training images are mirrored, and why."""
+
+
+def _augmentation(
+    setting: str, train: ImageListing, env: DistEnv, group
+) -> tuple[str, MirrorProbe | None]:
+    """``--augment`` as the loaders take it: ``auto`` decided by rank 0's mirror probe (every
+    rank gets its answer), anything else as it is."""
+    if setting != "auto":
+        return setting, None
+    probe = probe_mirror(train) if env.is_main else None
+    if env.distributed:
+        blob = json.dumps(dataclasses.asdict(probe)).encode() if probe else b""
+        probe = MirrorProbe(**json.loads(broadcast_bytes(blob, group=group, is_source=env.is_main)))
+    assert probe is not None
+    return probe.augment(), probe
 
 
 def resolve_decode(setting: str, device: torch.device) -> tuple[str, str | None]:
@@ -84,10 +104,11 @@ def build_folder_data(cfg: TrainConfig, env: DistEnv, device: torch.device, grou
         is_main=env.is_main,
     )
     train, val, skipped = _readable(cfg, env, group, splits.train, splits.val)
+    augment, probe = _augmentation(cfg.augment, train, env, group)
     normalize = Normalizer(IMAGENET_MEAN, IMAGENET_STD, device, bool(cfg.channels_last))
     common: dict[str, Any] = dict(
         image_size=cfg.image_size,
-        augment=cfg.augment,
+        augment=augment,
         batch_size=cfg.batch_size,
         rank=env.rank,
         world_size=env.world_size,
@@ -104,6 +125,7 @@ def build_folder_data(cfg: TrainConfig, env: DistEnv, device: torch.device, grou
             description=f"{sizes}, cached in memory",
             warnings=_skipped_warning(skipped),
             skipped=skipped,
+            mirror=probe,
         )
 
     decode, decode_note = resolve_decode(cfg.decode, device)
@@ -136,6 +158,7 @@ def build_folder_data(cfg: TrainConfig, env: DistEnv, device: torch.device, grou
         ),
         warnings=[note for note in (decode_note, shm_warning) if note] + _skipped_warning(skipped),
         skipped=skipped,
+        mirror=probe,
     )
 
 

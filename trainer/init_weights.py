@@ -9,6 +9,8 @@
 ``s3://…/x.pt``        a state dict (``.pt`` / ``.pth``), read by ``torch.load(weights_only=True)``
 ``latest``             the pipeline's: the model ``<publish_uri>/latest.json`` names, resolved by
                        its check step to an ``s3://`` folder (the trainer itself refuses it)
+a path                 the trainer's own runs: a model folder or a state dict on its disk (the
+                       pipeline refuses paths: the nodes cannot read the machine that gave it)
 =====================  ==========================================================================
 
 An ``s3://`` value may end in ``#sha256=<hex>``: the weights file must have that digest. The
@@ -112,12 +114,13 @@ def check_value(init_from: str) -> None:
             "'latest' is the pipeline's: its check step reads <publish_uri>/latest.json and "
             "hands the trainer that model's s3:// URI; give the trainer an s3:// URI itself",
         )
-    if not location.startswith("s3://") or len(location) <= len("s3://"):
+    if ("://" in location and not location.startswith("s3://")) or location == "s3://":
         raise StartingWeightsError(
             init_from,
             "use '' (random weights), 'imagenet' (torchvision's pretrained weights), 'latest' "
             "(the pipeline's last published model), an s3:// model folder "
-            "(weights.pt + model.json) or an s3://…/file.pt state dict",
+            "(weights.pt + model.json) or an s3://…/file.pt state dict (the trainer alone also "
+            "takes a path on its machine)",
         )
     if digest and (len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest)):
         raise StartingWeightsError(init_from, f"{PIN}{digest} is not a sha256 digest (64 hex)")
@@ -130,7 +133,9 @@ def fetch(init_from: str, arch: str, *, endpoint_url: str | None = None) -> Star
         return None
     if init_from == IMAGENET:
         return _imagenet(arch)
-    return _from_s3(init_from, endpoint_url)
+    if init_from.startswith("s3://"):
+        return _from_s3(init_from, endpoint_url)
+    return _from_path(init_from)
 
 
 def _imagenet(arch: str) -> StartingWeights:
@@ -167,7 +172,7 @@ def _imagenet(arch: str) -> StartingWeights:
 def _from_s3(init_from: str, endpoint_url: str | None) -> StartingWeights:
     from components.s3_sync import S3SyncError, sync  # S3 only for the runs that need it
 
-    location, pinned = split_pin(init_from)
+    location, _ = split_pin(init_from)
     is_file = location.lower().endswith(STATE_SUFFIXES)
     folder, _, name = location.rpartition("/") if is_file else (location.rstrip("/"), "", "")
     wanted = [name] if is_file else list(FOLDER_FILES)
@@ -182,29 +187,46 @@ def _from_s3(init_from: str, endpoint_url: str | None) -> StartingWeights:
             )
         except S3SyncError as err:
             raise StartingWeightsError(init_from, f"cannot be read: {err}") from err
-        found = Path(tmp)
-        weights = found / (name if is_file else FOLDER_FILES[0])
-        if not weights.is_file():
-            what = name if is_file else "weights.pt and model.json (a model folder)"
-            raise StartingWeightsError(
-                init_from,
-                f"holds no {what}; give a model folder this pipeline published "
-                "(s3://…/<run id>/) or a .pt/.pth state dict",
-            )
-        card = _card(init_from, found / FOLDER_FILES[1]) if not is_file else {}
-        digest = _sha256(weights)
-        if pinned and digest != pinned:
-            raise StartingWeightsError(
-                init_from,
-                f"the weights changed since they were checked (sha256 {digest}); start the run "
-                "again to check them anew",
-            )
-        state = _load(init_from, weights)
+        return _read(init_from, Path(tmp), name, uri_folder=folder)
+
+
+def _from_path(init_from: str) -> StartingWeights:
+    """A model folder or a state dict on this machine's disk (the trainer's own runs)."""
+    location, _ = split_pin(init_from)
+    path = Path(location)
+    if path.is_dir():
+        return _read(init_from, path, "", uri_folder=str(path))
+    if path.is_file():
+        return _read(init_from, path.parent, path.name, uri_folder=str(path.parent))
+    raise StartingWeightsError(
+        init_from, "no such file or folder here; give a model folder or a .pt/.pth state dict"
+    )
+
+
+def _read(init_from: str, found: Path, name: str, *, uri_folder: str) -> StartingWeights:
+    """The weights in ``found``: the file ``name``, or (no name) a model folder's."""
+    location, pinned = split_pin(init_from)
+    weights = found / (name or FOLDER_FILES[0])
+    if not weights.is_file():
+        what = name or "weights.pt and model.json (a model folder)"
+        raise StartingWeightsError(
+            init_from,
+            f"holds no {what}; give a model folder this pipeline published "
+            "(s3://…/<run id>/) or a .pt/.pth state dict",
+        )
+    card = {} if name else _card(init_from, found / FOLDER_FILES[1])
+    digest = _sha256(weights)
+    if pinned and digest != pinned:
+        raise StartingWeightsError(
+            init_from,
+            f"the weights changed since they were checked (sha256 {digest}); start the run "
+            "again to check them anew",
+        )
     return StartingWeights(
         init_from=location,
-        uri=f"{folder}/{weights.name}",
+        uri=f"{uri_folder.rstrip('/')}/{weights.name}",
         sha256=digest,
-        state=state,
+        state=_load(init_from, weights),
         arch=card.get("arch"),
         classes=card.get("num_classes"),
     )

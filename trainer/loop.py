@@ -592,6 +592,7 @@ class Trainer:
             final=final,
             skipped_images=self.inputs.skipped_images,
             starting_weights=self.starting_weights,
+            augment=self.inputs.augment,
         )
 
     def _barrier(self) -> None:

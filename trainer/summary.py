@@ -34,6 +34,7 @@ def run_summary(
     final: Progress,
     skipped_images: list[str],
     starting_weights: dict[str, str] | None = None,
+    augment: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The summary of a run that ended at ``state.step``; ``final``: its last progress figures."""
     history = state.history
@@ -62,6 +63,7 @@ def run_summary(
         "replicas_in_sync": in_sync,
         "skipped_images": {"count": len(skipped_images), "keys": skipped_images},
         "starting_weights": starting_weights,
+        "augment": augment,
         SUMMARY_KEY: final.trainer_status(),  # the final progress figures, as reported
     }
 

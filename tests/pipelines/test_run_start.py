@@ -118,3 +118,15 @@ def test_imagenet_offline_is_refused_with_the_two_fixes_unless_the_nodes_have_a_
         _arguments(s3, bucket, init_from="imagenet", overrides_json=overrides)
     )
     assert start.init_from == "imagenet"
+
+
+def test_a_path_is_refused_by_the_pipeline_before_anything_is_submitted(tmp_path):
+    from click.testing import CliRunner
+
+    from pipelines.cli import main
+    from tests.pipelines.test_parameters import REQUIRED
+
+    result = CliRunner().invoke(main, ["render", *REQUIRED, "-p", f"init_from={tmp_path}"])
+    assert result.exit_code == 2
+    assert f"-p init_from='{tmp_path}': the training nodes cannot read the files" in result.output
+    assert "give its s3:// URI" in result.output

@@ -190,3 +190,13 @@ def test_imagenet_without_network_or_cache_names_the_two_fixes(tmp_path, monkeyp
     assert "this machine cannot download it" in message
     assert "copy the file into S3 and set init_from to its s3:// URI" in message
     assert "point TORCH_HOME at it" in message
+
+
+def test_the_trainer_alone_also_starts_from_a_model_folder_on_its_disk(tmp_path, capsys):
+    first = _train(tmp_path, "first")
+    capsys.readouterr()
+    second = _train(tmp_path, "second", "--init-from", str(first / "model"))
+    record = json.loads((second / "summary.json").read_text())["starting_weights"]
+    assert record["uri"] == f"{first / 'model'}/weights.pt"
+    with pytest.raises(StartingWeightsError, match="no such file or folder here"):
+        fetch(str(tmp_path / "nowhere"), ARCH)

@@ -143,7 +143,7 @@ def test_help_shows_every_flags_default(capsys):
     assert exit_info.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--batch-size BATCH_SIZE Images per step per process" in text
-    assert "(default: 64)" in text and "(default: crop-flip)" in text
+    assert "(default: 64)" in text and "(default: auto)" in text
     assert "--output-dir OUTPUT_DIR Where model/" in text and "(required)" in text
     parser = build_arg_parser()
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
