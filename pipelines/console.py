@@ -9,7 +9,8 @@ every line goes to the log file; the console gets
 * the data step's report (``data: 36 files (3 classes) ...``, the images per class, the files
   the training will skip), the check step's ``start:`` lines (``init_from=latest: ...``) and
   the publish step's ``latest:`` line,
-* the trainer's own lines (``[node-0] [trainer] step 40/180 | ... | 512 img/s``),
+* the trainer's own lines (``[node-0] [trainer] step 40/180 | ... | 512 img/s``, ``weights
+  from s3://... ; new head for 5 classes (was 10)``, ``augment auto: crop (...)``),
 * for a failed step, its one-line cause (the argument check's ``bad argument: epochs=0: ...``,
   the trainer's ``[trainer] error: ...``, or the last exception line).
 
@@ -44,7 +45,11 @@ CAUSES = (
     re.compile(r"\[trainer\] error: (.+)"),
     re.compile(r"^\s*(?:\[[\w-]+\] )?((?:[\w.]+\.)?\w+(?:Error|Exception|Exit)\w*: .+)$"),
 )
-PROGRESS = re.compile(r"\[trainer\] (step \d+/\d+|done:|resuming|already complete|stopped)")
+PROGRESS = re.compile(
+    r"\[trainer\] (step \d+/\d+|done:|resuming|already complete|stopped|weights from|augment auto)"
+)
+"""The trainer's progress, and what it decided before step 1: where its weights came from (a
+new head), whether it mirrors the images."""
 DATA_REPORT = re.compile(r"^\s*(data|start|latest): ")
 """The data step's report (its counts, the images per class, the files the training skips), what
 the check step settled the run starts from, and where the publish step left latest.json."""

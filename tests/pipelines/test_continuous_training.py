@@ -61,7 +61,9 @@ def test_a_nightly_run_warm_starts_from_the_last_published_model(s3, tmp_path, c
     second = run_local(arguments, workspace=tmp_path / "ws2")
     said = capsys.readouterr().out
     assert f"start: init_from=latest: run {pointer.run_id}'s model, {first.published_uri}" in said
+    assert f"[trainer] weights from {first.published_uri}weights.pt (sha256 " in said
     assert "new head" not in said  # the same classes: the whole model carries over
+    assert "[trainer] augment auto: crop (mirroring changes the classes" in said  # digits
     summary = json.loads((Path(second.model_dir) / "summary.json").read_text())
     start = summary["starting_weights"]
     assert start["uri"] == f"{first.published_uri}weights.pt", start
