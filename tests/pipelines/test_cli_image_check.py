@@ -3,9 +3,11 @@ refuse a missing or unverifiable image before anything reaches the KFP API serve
 
 from __future__ import annotations
 
+import atexit
 import base64
 import functools
 import json
+import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -26,6 +28,7 @@ COMMANDS = ["upload", "run", "schedule"]
 @functools.cache
 def package_for(image: str) -> str:
     folder = Path(tempfile.mkdtemp(prefix="kfp-ddp-test-package-"))
+    atexit.register(shutil.rmtree, folder, True)  # cached for the session, removed after it
     return str(compile_pipeline(folder / "pipeline.yaml", image=image))
 
 

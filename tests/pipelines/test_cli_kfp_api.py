@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -34,6 +36,7 @@ def _images_exist(monkeypatch: pytest.MonkeyPatch) -> None:
 def compiled_package() -> Path:
     """The pipeline compiled for another image than the committed one's release image."""
     folder = Path(tempfile.mkdtemp(prefix="kfp-ddp-test-package-"))
+    atexit.register(shutil.rmtree, folder, True)  # cached for the session, removed after it
     return compile_pipeline(folder / "pipeline.yaml", image=IMAGE)
 
 
