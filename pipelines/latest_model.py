@@ -26,6 +26,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kfp_ddp.s3_uri import parse_s3_uri
+
 POINTER_NAME = "latest.json"
 LATEST = "latest"
 """The value of ``init_from`` and ``baseline_uri`` that means "the model the pointer names"."""
@@ -66,9 +68,9 @@ def pointer_uri(publish_uri: str) -> str:
 
 
 def _where(publish_uri: str) -> tuple[str, str]:
-    bucket, _, prefix = publish_uri.removeprefix("s3://").partition("/")
-    prefix = prefix.strip("/")
-    return bucket, f"{prefix}/{POINTER_NAME}" if prefix else POINTER_NAME
+    """(bucket, key) of the pointer (``publish_uri`` is checked by the parameter rules)."""
+    where = parse_s3_uri(publish_uri)
+    return where.bucket, f"{where.prefix}/{POINTER_NAME}" if where.prefix else POINTER_NAME
 
 
 def _client(endpoint_url: str | None) -> Any:

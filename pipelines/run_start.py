@@ -20,7 +20,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
 from typing import Any
 
 from components.launcher.spec import SpecError
@@ -135,37 +134,20 @@ def checked_weights(init_from: str, model: str, arguments: Mapping[str, Any]) ->
 def _imagenet_reachable(model: str, arguments: Mapping[str, Any]) -> None:
     """StartingWeightsError unless torchvision's weights for ``model`` exist and the nodes can
     get them: cached here, a TORCH_HOME in the nodes' env, or the download server answers."""
-    import torch
-
     # torchvision (~2 s) for the runs that start from weights only
-    from trainer.init_weights import IMAGENET, OFFLINE_FIX, StartingWeightsError
-    from trainer.tv_compat import import_torchvision
+    from trainer.init_weights import torchvision_weights
 
-    tv = import_torchvision()
-    try:
-        weights = tv.models.get_model_weights(model).DEFAULT
-    except (ValueError, KeyError, AttributeError) as err:
-        raise StartingWeightsError(
-            IMAGENET,
-            f"torchvision has no pretrained weights for model {model} ({err}); pick a model "
-            "that has, or give an s3:// state dict",
-        ) from None
-    file = PurePosixPath(weights.url).name
-    if (Path(torch.hub.get_dir()) / "checkpoints" / file).is_file():
+    found = torchvision_weights(model)
+    if found.cached.is_file():
         return
     if "TORCH_HOME" in _node_env(arguments):
         return  # the nodes read a cache of their own; the trainer names a missing file
     try:
-        request = urllib.request.Request(weights.url, method="HEAD")
+        request = urllib.request.Request(found.weights.url, method="HEAD")
         with urllib.request.urlopen(request, timeout=REACH_TIMEOUT_S):
             return
     except (urllib.error.URLError, OSError, ValueError) as err:
-        reason = str(getattr(err, "reason", err))[:200]
-        raise StartingWeightsError(
-            IMAGENET,
-            f"torchvision's weights for {model} come from {weights.url}, and "
-            + OFFLINE_FIX.format(reason=reason, name="init_from", file=file),
-        ) from None
+        raise found.unreachable(str(getattr(err, "reason", err))) from None
 
 
 def _node_env(arguments: Mapping[str, Any]) -> dict[str, Any]:

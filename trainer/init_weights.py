@@ -138,7 +138,35 @@ def fetch(init_from: str, arch: str, *, endpoint_url: str | None = None) -> Star
     return _from_path(init_from)
 
 
-def _imagenet(arch: str) -> StartingWeights:
+@dataclass(frozen=True)
+class TorchvisionWeights:
+    """torchvision's pretrained weights for a model, and where its cache keeps their file."""
+
+    arch: str
+    weights: Any
+    """The ``WeightsEnum`` member (``DEFAULT``): its ``url``, ``meta``, ``get_state_dict``."""
+
+    @property
+    def file(self) -> str:
+        return PurePosixPath(self.weights.url).name
+
+    @property
+    def cached(self) -> Path:
+        """The file in torchvision's cache (``$TORCH_HOME/hub/checkpoints``)."""
+        return Path(torch.hub.get_dir()) / "checkpoints" / self.file
+
+    def unreachable(self, reason: str) -> StartingWeightsError:
+        """The refusal when they can be neither downloaded nor found in the cache."""
+        return StartingWeightsError(
+            IMAGENET,
+            f"torchvision's weights for {self.arch} ({self.weights}) come from "
+            f"{self.weights.url}, and "
+            + OFFLINE_FIX.format(reason=reason[:200], name="init_from", file=self.file),
+        )
+
+
+def torchvision_weights(arch: str) -> TorchvisionWeights:
+    """torchvision's default pretrained weights for ``arch``; StartingWeightsError if none."""
     tv = import_torchvision()
     try:
         weights = tv.models.get_model_weights(arch).DEFAULT
@@ -148,24 +176,22 @@ def _imagenet(arch: str) -> StartingWeights:
             f"torchvision has no pretrained weights for --model {arch} ({err}); use a model "
             "that has (torchvision.models.list_models) or an s3:// state dict",
         ) from err
-    file = PurePosixPath(weights.url).name
-    path = Path(torch.hub.get_dir()) / "checkpoints" / file
+    return TorchvisionWeights(arch=arch, weights=weights)
+
+
+def _imagenet(arch: str) -> StartingWeights:
+    found = torchvision_weights(arch)
     try:
-        state = weights.get_state_dict(progress=False, check_hash=True)
+        state = found.weights.get_state_dict(progress=False, check_hash=True)
     except (OSError, RuntimeError) as err:  # URLError is an OSError
-        reason = str(getattr(err, "reason", err)).splitlines()[0][:200]
-        raise StartingWeightsError(
-            IMAGENET,
-            f"torchvision's weights for {arch} ({weights}) come from {weights.url}, and "
-            + OFFLINE_FIX.format(reason=reason, name="init_from", file=file),
-        ) from err
+        raise found.unreachable(str(getattr(err, "reason", err)).splitlines()[0]) from err
     return StartingWeights(
         init_from=IMAGENET,
-        uri=weights.url,
-        sha256=_sha256(path),
+        uri=found.weights.url,
+        sha256=_sha256(found.cached),
         state=_state_dict(IMAGENET, state),
         arch=arch,
-        classes=len(weights.meta.get("categories") or []) or None,
+        classes=len(found.weights.meta.get("categories") or []) or None,
     )
 
 

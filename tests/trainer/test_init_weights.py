@@ -21,14 +21,6 @@ from trainer.tv_compat import import_torchvision
 ARCH = "mobilenet_v3_small"
 
 
-@pytest.fixture
-def s3(s3_server, monkeypatch, tmp_path_factory):
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("sync-cache")))
-    return s3_server
-
-
 def _train(tmp_path: Path, name: str, *extra: str, classes=("circle", "square")) -> Path:
     """A one-epoch run on a small folder of ``classes``; its output folder."""
     data = write_image_folder(tmp_path / f"data-{len(classes)}", classes=classes, per_class=8)
@@ -38,19 +30,19 @@ def _train(tmp_path: Path, name: str, *extra: str, classes=("circle", "square"))
     return out
 
 
-def _upload(s3, folder: Path, name: str) -> str:
+def _upload(s3_env, folder: Path, name: str) -> str:
     from components.s3_sync import sync
 
-    uri = f"s3://{s3.create_bucket('init-weights')}/{name}"
+    uri = f"s3://{s3_env.create_bucket('init-weights')}/{name}"
     sync(str(folder), uri)
     return uri
 
 
 def test_a_published_model_folder_starts_a_run_with_a_new_head_for_more_classes(
-    s3, tmp_path, capsys
+    s3_env, tmp_path, capsys
 ):
     first = _train(tmp_path, "first")
-    uri = _upload(s3, first / "model", "runs/first")
+    uri = _upload(s3_env, first / "model", "runs/first")
     capsys.readouterr()
     second = _train(tmp_path, "second", "--init-from", uri, classes=("circle", "square", "stripe"))
     said = capsys.readouterr()
@@ -62,9 +54,9 @@ def test_a_published_model_folder_starts_a_run_with_a_new_head_for_more_classes(
     assert json.loads((second / "model" / "model.json").read_text())["starting_weights"] == record
 
 
-def test_the_weights_are_the_published_ones_but_for_the_new_head(s3, tmp_path):
+def test_the_weights_are_the_published_ones_but_for_the_new_head(s3_env, tmp_path):
     first = _train(tmp_path, "first")
-    uri = _upload(s3, first / "model", "runs/same")
+    uri = _upload(s3_env, first / "model", "runs/same")
     weights = fetch(uri, ARCH)
     assert weights is not None and weights.arch == ARCH and weights.classes == 2
     model = build_model(ARCH, 5)
@@ -79,19 +71,19 @@ def test_the_weights_are_the_published_ones_but_for_the_new_head(s3, tmp_path):
             assert torch.equal(mine[key], tensor), key
 
 
-def test_a_state_dict_saved_from_ddp_is_read_and_pinned_by_its_digest(s3, tmp_path):
+def test_a_state_dict_saved_from_ddp_is_read_and_pinned_by_its_digest(s3_env, tmp_path):
     model = build_model(ARCH, 10)
     folder = tmp_path / "sd"
     folder.mkdir()
     torch.save({f"module.{k}": v for k, v in model.state_dict().items()}, folder / "my [v1].pth")
-    uri = _upload(s3, folder, "state-dicts") + "/my [v1].pth"
+    uri = _upload(s3_env, folder, "state-dicts") + "/my [v1].pth"
     weights = fetch(uri, ARCH)
     assert weights is not None and weights.uri == uri
     pinned = weights.pinned()
     assert pinned == f"{uri}#sha256={weights.sha256}"
     assert fetch(pinned, ARCH) is not None  # the same file: accepted
     torch.save(build_model(ARCH, 10).state_dict(), folder / "my [v1].pth")  # replaced since
-    _upload(s3, folder, "state-dicts")
+    _upload(s3_env, folder, "state-dicts")
     with pytest.raises(StartingWeightsError, match="the weights changed since they were checked"):
         fetch(pinned, ARCH)
 
@@ -108,7 +100,7 @@ def test_a_state_dict_saved_from_ddp_is_read_and_pinned_by_its_digest(s3, tmp_pa
     ],
 )
 def test_weights_of_another_model_or_no_state_dict_are_refused_before_step_1(
-    s3, tmp_path, capsys, saved, refusal
+    s3_env, tmp_path, capsys, saved, refusal
 ):
     folder = tmp_path / "bad"
     folder.mkdir()
@@ -118,7 +110,7 @@ def test_weights_of_another_model_or_no_state_dict_are_refused_before_step_1(
         torch.save([torch.zeros(2)], folder / "w.pt")
     else:
         (folder / "w.pt").write_text("not weights")
-    uri = _upload(s3, folder, f"bad-{saved}") + "/w.pt"
+    uri = _upload(s3_env, folder, f"bad-{saved}") + "/w.pt"
     data = write_image_folder(tmp_path / "data", classes=("a", "b"), per_class=4)
     out = tmp_path / "out"
     args = ["--data-dir", str(data), "--output-dir", str(out), *TINY, "--batch-size", "2"]
@@ -128,9 +120,9 @@ def test_weights_of_another_model_or_no_state_dict_are_refused_before_step_1(
     assert not list(out.glob("checkpoints/step-*"))
 
 
-def test_a_model_folder_of_another_architecture_says_which(s3, tmp_path):
+def test_a_model_folder_of_another_architecture_says_which(s3_env, tmp_path):
     first = _train(tmp_path, "first")
-    uri = _upload(s3, first / "model", "runs/arch")
+    uri = _upload(s3_env, first / "model", "runs/arch")
     weights = fetch(uri, "resnet18")
     assert weights is not None
     with pytest.raises(StartingWeightsError) as refused:
@@ -141,8 +133,8 @@ def test_a_model_folder_of_another_architecture_says_which(s3, tmp_path):
     )
 
 
-def test_nothing_at_the_uri_is_refused_by_name(s3, tmp_path):
-    uri = _upload(s3, write_image_folder(tmp_path / "d", per_class=1), "not-a-model")
+def test_nothing_at_the_uri_is_refused_by_name(s3_env, tmp_path):
+    uri = _upload(s3_env, write_image_folder(tmp_path / "d", per_class=1), "not-a-model")
     with pytest.raises(StartingWeightsError, match="holds no weights.pt and model.json"):
         fetch(uri, ARCH)
 
