@@ -130,7 +130,9 @@ class CheckpointMirror:
                     lambda: not self._queued(step), timeout=max(0.0, deadline - time.monotonic())
                 )
                 if self._queued(step):
-                    return TimeoutError(
+                    # A retry still under way at the deadline: its predecessor's error says
+                    # more (a dead endpoint) than "did not finish".
+                    return self._errors.get(step) or TimeoutError(
                         f"the upload of step-{step} to {self.remote.uri} did not finish within "
                         f"--checkpoint-upload-timeout-s {timeout_s:g}"
                     )
