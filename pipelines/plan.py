@@ -111,7 +111,7 @@ def cluster_settings_json(settings: Mapping[str, Any] | None) -> str:
     """The compile-time node-access settings as the training step's ``cluster_settings_json``
     (checked: TrainSpec fields only)."""
     settings = dict(settings or {})
-    unknown = sorted(set(settings) - set(TrainSpec.field_names()))
+    unknown = sorted(set(settings) - set(TrainSpec.setting_names()))
     if unknown:
         raise ValueError(
             f"cluster_settings: unknown TrainSpec field(s) {unknown}; e.g. "

@@ -3,19 +3,24 @@
 One spec, two Kubeflow APIs: a Kubeflow Trainer v2 ``TrainJob`` (``build_trainjob``) or a Training
 Operator v1 ``PyTorchJob`` (``build_pytorchjob``); ``api="auto"`` submits whichever the cluster
 serves. TensorFlow programs run as a Training Operator v1 ``TFJob`` (``build_tfjob``,
-``api="tfjob"``, always explicit). Backends: ``kubernetes`` (submit, follow, clean up) and
-``local`` (processes with each API's env contract).
+``api="tfjob"``, always explicit). What only one API says is its options object
+(``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``) in ``TrainSpec.api_options``.
+Backends: ``kubernetes`` (submit, follow, clean up) and ``local`` (processes with each API's env
+contract).
 
 >>> from components.launcher import KubernetesOptions, TrainSpec, build_trainjob, run_job
 >>> spec = TrainSpec(name="resnet-ddp", workers=2, args=["--data-dir", "/workspace/data"])
 >>> manifest = build_trainjob(spec)               # a dict, valid against the TrainJob CRD
 >>> result = run_job(spec, backend="local")       # or backend="kubernetes", options=...
+>>> elastic = TrainSpec(name="ddp", workers=2, api="pytorchjob",
+...     api_options=PyTorchJobOptions(elastic_min_replicas=1, elastic_max_replicas=4))
 """
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, for type checkers and editors
+    from components.launcher.api_options import PyTorchJobOptions, TFJobOptions, TrainJobOptions
     from components.launcher.apis import JOB_APIS, JobApi, build_manifest, job_api
     from components.launcher.launcher import run_job
     from components.launcher.options import BACKENDS, KubernetesOptions, LocalOptions, options_for
@@ -33,6 +38,9 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
     from components.launcher.trainjob import build_trainjob
 
 _HOME = {
+    "PyTorchJobOptions": "components.launcher.api_options",
+    "TFJobOptions": "components.launcher.api_options",
+    "TrainJobOptions": "components.launcher.api_options",
     "JOB_APIS": "components.launcher.apis",
     "JobApi": "components.launcher.apis",
     "build_manifest": "components.launcher.apis",
@@ -84,7 +92,10 @@ __all__ = [
     "LocalOptions",
     "PreflightError",
     "PvcMount",
+    "PyTorchJobOptions",
     "SpecError",
+    "TFJobOptions",
+    "TrainJobOptions",
     "TrainSpec",
     "admission_errors",
     "build_manifest",

@@ -17,26 +17,46 @@ from typing import Any
 
 import click
 
+from components.launcher.api_options import PyTorchJobOptions, TFJobOptions, TrainJobOptions
 from components.launcher.cli_flags import _pairs, dataclass_options, flag_of, values_to_fields
 from components.launcher.options import KubernetesOptions, LocalOptions
 from components.launcher.result import JobCancelled, JobFailed, PreflightError
 from components.launcher.spec import CHOICES, SpecError, TrainSpec
 
-SPEC_FLAGS = {f.name: flag_of(f) for f in dataclasses.fields(TrainSpec)} | {"args": "TRAINER ARGS"}
+FLAG_SOURCES: tuple[tuple[type, tuple[str, ...]], ...] = (
+    (TrainSpec, ("args", "api_options")),
+    (TrainJobOptions, ()),
+    (PyTorchJobOptions, ()),
+    (TFJobOptions, tuple(f.name for f in dataclasses.fields(PyTorchJobOptions))),
+)
+"""The classes whose fields are the flags (each setting once: a TFJob shares the Training
+Operator's with a PyTorchJob), and the fields of each that are not flags."""
+SPEC_FLAGS = {
+    f.name: flag_of(f)
+    for cls, skip in FLAG_SOURCES
+    for f in dataclasses.fields(cls)
+    if f.name not in skip
+} | {"args": "TRAINER ARGS"}
 
 
 def spec_options(func):
-    """The TrainSpec flags shared by ``render`` and ``run`` (and the trainer's args after --)."""
+    """The TrainSpec flags shared by ``render`` and ``run`` (and the trainer's args after --):
+    its own fields and every API's options, which ``--api`` sorts out (``TrainSpec.flat``)."""
     func = click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED)(func)
-    return dataclass_options(TrainSpec, exclude=("args",), choices=CHOICES)(func)
+    for cls, skip in reversed(FLAG_SOURCES):
+        func = dataclass_options(cls, exclude=skip, choices=CHOICES)(func)
+    return func
 
 
 def build_spec(params: dict[str, Any]) -> TrainSpec:
     """TrainSpec from the CLI's parameters; a bad value → a usage error naming the flag (exit 2)."""
     p = dict(params)
     args = list(p.pop("trainer_args"))
+    settings: dict[str, Any] = {}
+    for cls, _skip in FLAG_SOURCES:
+        settings |= values_to_fields(cls, p)
     try:
-        return TrainSpec(args=args, **values_to_fields(TrainSpec, p))
+        return TrainSpec.flat(args=args, **settings)
     except SpecError as exc:
         raise click.UsageError(with_flag(str(exc))) from exc
 

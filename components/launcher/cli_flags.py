@@ -65,11 +65,16 @@ def option_for(f: dataclasses.Field, hint: Any, doc: str, choices: tuple[str, ..
         return click.option(name, f.name, multiple=True, metavar="KEY=VALUE", help=doc)
     if origin is list:
         return click.option(name, f.name, multiple=True, help=doc)
-    option_type = click.Choice(choices) if choices else {int: int, float: float}.get(kind, str)
+    option_type = _click_type(kind, choices)
     show = default is not None and default != ""
     return click.option(
         name, f.name, type=option_type, default=default, show_default=show, help=doc
     )
+
+
+def _click_type(kind: Any, choices: tuple[str, ...] | None) -> Any:
+    """The click type of a scalar field's values."""
+    return click.Choice(choices) if choices else {int: int, float: float}.get(kind, str)
 
 
 def dataclass_options(
@@ -87,7 +92,11 @@ def dataclass_options(
             option_for(f, hints[f.name], docs.get(f.name, ""), (choices or {}).get(f.name))
         )
         if "old_flag" in f.metadata:  # renamed: the old flag works, with a warning, for a release
-            options.append(click.option(f.metadata["old_flag"], f.name + OLD, hidden=True))
+            kind, _ = _kind(hints[f.name])
+            old_type = _click_type(kind, (choices or {}).get(f.name))
+            options.append(
+                click.option(f.metadata["old_flag"], f.name + OLD, hidden=True, type=old_type)
+            )
 
     def decorate(func: Callable) -> Callable:
         for option in reversed(options):

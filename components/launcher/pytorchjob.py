@@ -53,11 +53,12 @@ def rendezvous_env(spec: TrainSpec) -> dict[str, str]:
 def build_pytorchjob_model(spec: TrainSpec) -> ktm.KubeflowOrgV1PyTorchJob:
     """The job as kubeflow-training's ``KubeflowOrgV1PyTorchJob`` (what TrainingClient takes)."""
     elastic = None
-    if spec.elastic:
+    options = spec.pytorchjob
+    if options is not None and options.elastic:
         elastic = ktm.KubeflowOrgV1ElasticPolicy(
-            min_replicas=spec.elastic_min_replicas,
-            max_replicas=spec.elastic_max_replicas,
-            max_restarts=spec.max_restarts,
+            min_replicas=options.elastic_min_replicas,
+            max_replicas=options.elastic_max_replicas,
+            max_restarts=options.max_restarts,
             rdzv_backend="c10d",
         )
     return ktm.KubeflowOrgV1PyTorchJob(

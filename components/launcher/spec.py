@@ -13,12 +13,24 @@ alternative, never silently dropped.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import secrets
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from components import DEFAULT_IMAGE
 from components.launcher import monitoring, sizing, spec_rules
+from components.launcher.api_options import (
+    OPTIONS_OF_API,
+    SETTINGS_OF_APIS,
+    ApiOptions,
+    OperatorOptions,
+    PyTorchJobOptions,
+    TFJobOptions,
+    TrainJobOptions,
+    bind,
+    options_from_settings,
+)
 from components.launcher.names import (
     ISTIO_INJECT,
     KUEUE_QUEUE_LABEL,
@@ -45,7 +57,6 @@ from components.launcher.spec_rules import (
     STAGED_DATA,
     TOLERATION_EFFECTS,
     TOLERATION_OPERATORS,
-    UNSUPPORTED,
     SpecError,
 )
 
@@ -73,7 +84,6 @@ __all__ = [  # the spec's vocabulary lives in spec_rules; importers find it here
     "TOLERATION_EFFECTS",
     "TOLERATION_OPERATORS",
     "TrainSpec",
-    "UNSUPPORTED",
     "parse_toleration",
 ]
 
@@ -139,6 +149,9 @@ class TrainSpec:
     api: str = "auto"
     """Cluster API: trainjob (Kubeflow Trainer v2), pytorchjob (Training Operator v1) or auto
     (trainjob when the cluster serves trainer.kubeflow.org/v1alpha1, else pytorchjob)."""
+    api_options: ApiOptions | None = None
+    """What only the API says (``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``; see
+    api_options.py). None: the API's defaults (with auto: whichever API the cluster serves)."""
     name: str = ""
     """Job name (DNS-1035). Empty: derived from run_id + task_name (a retried step re-attaches)."""
     namespace: str = ""
@@ -153,8 +166,6 @@ class TrainSpec:
     workers: int = 1
     """Number of nodes (pods): a TrainJob's numNodes; a PyTorchJob's Master + workers-1 Workers;
     a TFJob's Chief + workers-1 Workers."""
-    ps_replicas: int = 0
-    """TFJob parameter-server (PS) pods, besides the workers (other APIs: 0)."""
     nproc_per_node: int | None = None
     """Processes per node; torchrun starts them (None: one per GPU, gpus_per_worker, or 1; a
     TFJob: 1)."""
@@ -215,9 +226,6 @@ class TrainSpec:
     s3_credentials_secret: str | None = None
     """Secret whose AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY the nodes get as environment
     variables (data staging, the checkpoint mirror); never values in the manifest."""
-    host_network: bool = False
-    """Use the node's network (RDMA/perf); sets dnsPolicy ClusterFirstWithHostNet (PyTorchJob).
-    Needs pod_security=privileged (baseline and restricted refuse host namespaces)."""
     pod_security: str = "restricted"
     """The Pod Security Standard the pods are built to pass (the namespace's enforce level, or
     stricter): restricted (non-root run_as_user, no privilege escalation, every capability
@@ -247,46 +255,10 @@ class TrainSpec:
         default_factory=list, metadata=_flag("--image-pull-secret")
     )
     """Names of image pull Secrets."""
-    runtime_name: str | None = None
-    """TrainJob runtimeRef name (None: the ClusterTrainingRuntime torch-distributed)."""
-    runtime_kind: str | None = None
-    """TrainJob runtimeRef kind: ClusterTrainingRuntime or TrainingRuntime (None: the former)."""
-    scheduler_name: str | None = None
-    """PyTorchJob/TFJob pod schedulerName (e.g. volcano); turns on gang scheduling
-    (schedulingPolicy)."""
-    min_available: int | None = None
-    """PyTorchJob/TFJob gang size: pods schedulable together. None with a scheduler: all pods."""
-    queue: str | None = None
-    """PyTorchJob/TFJob runPolicy.schedulingPolicy.queue (e.g. the Volcano queue)."""
-    priority_class: str | None = None
-    """PyTorchJob/TFJob runPolicy.schedulingPolicy.priorityClass."""
     kueue_queue: str | None = None
     """Kueue LocalQueue name, set as the kueue.x-k8s.io/queue-name label."""
-    pytorch_master: bool = False
-    """PyTorchJob layout: a Master and workers-1 Workers (the operator sets MASTER_ADDR, RANK and
-    WORLD_SIZE, for programs that read them). Default: Workers only, meeting through torchrun's
-    c10d rendezvous at worker-0. With a Master the v1.9 operator adds its init-pytorch container
-    (no securityContext) to every Worker: restricted Pod Security refuses it unless the operator
-    runs with --pytorch-init-container-template-file (see the README)."""
-    elastic_min_replicas: int | None = field(default=None, metadata={"old_flag": "--elastic-min"})
-    """PyTorchJob elastic training: lower bound of pods (set with elastic_max_replicas)."""
-    elastic_max_replicas: int | None = field(default=None, metadata={"old_flag": "--elastic-max"})
-    """PyTorchJob elastic training: upper bound of pods."""
-    max_restarts: int | None = None
-    """PyTorchJob elastic training: torchrun's --max-restarts (elastic only)."""
-    restart_policy: str | None = None
-    """PyTorchJob/TFJob replica restart policy: OnFailure, ExitCode, Never or Always (None:
-    ExitCode for a PyTorchJob — our trainer's exit codes 1-127 are permanent — and OnFailure for
-    a TFJob)."""
-    backoff_limit: int | None = None
-    """PyTorchJob/TFJob restarts before the job is marked Failed (None: 3)."""
     active_deadline_seconds: int | None = None
     """Job wall-clock limit in seconds."""
-    clean_pod_policy: str | None = None
-    """PyTorchJob/TFJob pods deleted when the job finishes: Running, All or None (None: Running, so
-    finished pods stay for their logs)."""
-    ttl_seconds_after_finished: int | None = None
-    """PyTorchJob/TFJob: the operator deletes the finished job after this many seconds."""
     termination_grace_period_seconds: int | None = 120
     """Time the trainer gets to checkpoint after SIGTERM (eviction, cancel)."""
     labels: dict[str, str] = field(default_factory=dict, metadata=_flag("--label"))
@@ -311,20 +283,66 @@ class TrainSpec:
     """KFP task name: the task label, and part of the default name."""
 
     def __post_init__(self) -> None:
+        self._bind_options()
         self._normalise()
         spec_rules.check(self)
+
+    @classmethod
+    def flat(cls, **settings: Any) -> TrainSpec:
+        """A spec from its flat form, every setting at the top level (the CLI's flags, the
+        training step's overrides): the API's own settings go into ``api_options`` for ``api``
+        (see ``api_options.options_from_settings``; one the API lacks is refused)."""
+        own = {name: settings.pop(name) for name in list(settings) if name in SETTINGS_OF_APIS}
+        if own:
+            if settings.get("api_options") is not None:
+                raise SpecError(
+                    f"give {sorted(own)} inside api_options, or api_options not at all",
+                    field=sorted(own)[0],
+                )
+            api = settings.get("api", "auto")
+            if api in APIS:  # a bad api is refused by name when the spec is built
+                settings["api_options"] = options_from_settings(api, own)
+        return cls(**settings)
 
     # -- derived values ------------------------------------------------------------------------
 
     @property
+    def pytorchjob(self) -> PyTorchJobOptions | None:
+        """The PyTorchJob options, when the spec has them."""
+        return self.api_options if isinstance(self.api_options, PyTorchJobOptions) else None
+
+    @property
+    def operator(self) -> OperatorOptions:
+        """The Training Operator v1 options of a PyTorchJob or TFJob spec (the defaults when a
+        spec of another API is asked)."""
+        if isinstance(self.api_options, OperatorOptions):
+            return self.api_options
+        return OperatorOptions()
+
+    @property
+    def runtime(self) -> TrainJobOptions:
+        """The TrainJob options (the defaults for a spec of another API)."""
+        if isinstance(self.api_options, TrainJobOptions):
+            return self.api_options
+        return TrainJobOptions()
+
+    @property
+    def ps_replicas(self) -> int:
+        """A TFJob's parameter servers (0 for the other APIs)."""
+        return self.api_options.ps_replicas if isinstance(self.api_options, TFJobOptions) else 0
+
+    @property
     def elastic(self) -> bool:
         """Whether the job uses the v1 operator's elastic policy (torchrun c10d rendezvous)."""
-        return self.elastic_min_replicas is not None or self.elastic_max_replicas is not None
+        return bool(self.pytorchjob and self.pytorchjob.elastic)
 
     @property
     def workers_only(self) -> bool:
         """A PyTorchJob of Workers only (no Master): elastic, or meeting by c10d rendezvous."""
-        return self.elastic or (self.api == "pytorchjob" and not self.pytorch_master)
+        options = self.pytorchjob
+        return self.elastic or (
+            self.api == "pytorchjob" and not (options and options.pytorch_master)
+        )
 
     @property
     def pod_count(self) -> int:
@@ -342,8 +360,11 @@ class TrainSpec:
         return self.workers * (self.nproc_per_node or 1)  # resolved when the spec is built
 
     def for_api(self, api: str) -> TrainSpec:
-        """This spec bound to ``api`` (re-validated: a field that API cannot express fails)."""
-        return dataclasses.replace(self, api=api)
+        """This spec bound to ``api`` (re-validated: an option that API lacks is refused)."""
+        if api not in OPTIONS_OF_API:
+            concrete = ", ".join(OPTIONS_OF_API)
+            raise SpecError(f"api={api!r} is not a concrete API; use one of {concrete}")
+        return dataclasses.replace(self, api=api, api_options=bind(self.api_options, api))
 
     def container_command(self) -> list[str]:
         """The container command (the default runs the trainer through torchrun)."""
@@ -408,7 +429,8 @@ class TrainSpec:
                 "memlock limit; IPC_LOCK needs pod_security=privileged and a namespace enforcing "
                 "privileged"
             )
-        if self.api == "pytorchjob" and self.pytorch_master and self.pod_security == "restricted":
+        master = self.pytorchjob is not None and self.pytorchjob.pytorch_master
+        if self.api == "pytorchjob" and master and self.pod_security == "restricted":
             found.append(
                 "pytorch_master=True: the Training Operator v1.9 gives every Worker an "
                 "init-pytorch container without a securityContext, which restricted Pod Security "
@@ -452,21 +474,21 @@ class TrainSpec:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the fields (JSON-serialisable)."""
+        """Plain dict of the fields (JSON-serialisable; ``api_options`` a dict of its own)."""
         return asdict(self)
 
     @classmethod
-    def field_names(cls) -> list[str]:
-        """Names of all fields (for overrides)."""
-        return [f.name for f in fields(cls)]
+    def setting_names(cls) -> list[str]:
+        """Names of every setting of the flat form (``flat``): the portable fields and every
+        API's options."""
+        portable = [f.name for f in fields(cls) if f.name != "api_options"]
+        return portable + list(SETTINGS_OF_APIS)
 
     @classmethod
     def from_overrides(cls, base: dict[str, Any], overrides: dict[str, Any]) -> TrainSpec:
-        """``TrainSpec(**base | overrides)``, refusing unknown override keys: each with the
-        nearest field's name, then the fields ``base`` leaves to overrides."""
-        import difflib
-
-        names = cls.field_names()
+        """``TrainSpec.flat(**base | overrides)``, refusing unknown override keys: each with the
+        nearest setting's name, then the settings ``base`` leaves to overrides."""
+        names = cls.setting_names()
         unknown = sorted(set(overrides) - set(names))
         if unknown:
             guesses = [
@@ -476,9 +498,22 @@ class TrainSpec:
             ]
             free = ", ".join(name for name in names if name not in base)
             raise SpecError(f"overrides: unknown field(s) {', '.join(guesses)}; valid: {free}")
-        return cls(**(base | overrides))
+        return cls.flat(**(base | overrides))
 
     # -- normalisation -------------------------------------------------------------------------
+
+    def _bind_options(self) -> None:
+        """A concrete API always has its options object (its defaults when none is given)."""
+        if self.api in OPTIONS_OF_API:
+            self.api_options = bind(self.api_options, self.api)
+        elif self.api_options is not None and not isinstance(self.api_options, ApiOptions):
+            raise SpecError(
+                f"TrainSpec.api_options={self.api_options!r} is invalid: must be "
+                "TrainJobOptions, PyTorchJobOptions or TFJobOptions",
+                field="api_options",
+            )
+        elif self.api == "auto" and isinstance(self.api_options, TFJobOptions):
+            self.api_options = options_from_settings("auto", asdict(self.api_options))
 
     def _normalise(self) -> None:
         if not self.namespace:

@@ -1,6 +1,6 @@
-"""The rules a ``TrainSpec`` follows: the values its fields may take, what each cluster API
-cannot express (refused with the alternative, never dropped), and the checks run when a spec is
-built. Every error names the field, the value and the fix.
+"""The rules a ``TrainSpec`` follows: the values its fields may take and the checks run when a
+spec is built, across its fields and its API's options (each options object checks its own
+values: ``api_options``). Every error names the field, the value and the fix.
 
 ``TrainSpec`` (``components.launcher.spec``) runs ``check`` when it is built; the names here are
 re-exported there.
@@ -74,17 +74,21 @@ file system): set by whoever compiles a pipeline or runs the launcher, never by 
 CLEAN_POD_POLICIES = ("Running", "All", "None")
 TOLERATION_OPERATORS = ("Equal", "Exists")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-CHOICES: dict[str, tuple[str, ...]] = {
+SPEC_CHOICES: dict[str, tuple[str, ...]] = {
     "api": APIS,
-    "runtime_kind": RUNTIME_KINDS,
     "nccl_preset": tuple(NCCL_PRESETS),
-    "restart_policy": RESTART_POLICIES,
-    "clean_pod_policy": CLEAN_POD_POLICIES,
     "metrics_monitor": monitoring.MONITORS,
     "pod_security": POD_SECURITY_LEVELS,
     "qos": QOS_CLASSES,
 }
-"""Fields whose value must be one of a fixed set (the CLI shows them as choices)."""
+"""TrainSpec fields whose value must be one of a fixed set."""
+CHOICES: dict[str, tuple[str, ...]] = SPEC_CHOICES | {
+    "runtime_kind": RUNTIME_KINDS,
+    "restart_policy": RESTART_POLICIES,
+    "clean_pod_policy": CLEAN_POD_POLICIES,
+}
+"""Settings of the flat form (the spec's and its API options') whose value must be one of a
+fixed set (the CLI shows them as choices; the options objects check their own)."""
 STAGE_ROOT = "/stage"
 """Where a node stages its data (stage_data_uri) on its own disk."""
 STAGED_DATA = f"{STAGE_ROOT}/current"
@@ -101,78 +105,6 @@ trainer mirrors its checkpoints and model to S3 (--checkpoint-uri) from there.""
 STAGE_SYNC_CACHE = f"{STAGE_ROOT}/.s3-sync-cache"
 """The stager's hash cache (``S3SYNC_CACHE_DIR``: one entry per file of the data set): on the
 staging volume, which grows with the data set, rather than in HOME's bounded emptyDir."""
-
-
-_GANG = (
-    "gang scheduling is a runtime setting in Kubeflow Trainer v2 (the runtime's podGroupPolicy, "
-    "e.g. `podGroupPolicy: {volcano: {}}` as in Trainer's Volcano example): create such a "
-    "ClusterTrainingRuntime and set runtime_name to it, or queue with Kueue (kueue_queue)"
-)
-_ELASTIC = (
-    "elastic training (elasticPolicy) was removed in Kubeflow Trainer v2.2: use a fixed number "
-    "of workers, or api=pytorchjob on a cluster with the Training Operator v1"
-)
-_RESTARTS = (
-    "a TrainJob restarts per its runtime's JobSet failurePolicy (maxRestarts), which a TrainJob "
-    "cannot patch: set it in your runtime (runtime_name), or use api=pytorchjob"
-)
-_PS = "parameter servers are a TensorFlow concept: use api=tfjob for a TensorFlow program"
-_TF_RUNTIME = (
-    "runtimes are a Kubeflow Trainer v2 concept, and Trainer v2 has no TensorFlow runtime; a TFJob "
-    "runs on the Training Operator v1"
-)
-_TF_ELASTIC = (
-    "elastic training is torchrun's (a PyTorchJob's elasticPolicy); a TFJob has a fixed number "
-    "of workers: set workers, and let a restarted replica resume from its checkpoint (Keras "
-    "BackupAndRestore or tf.train.CheckpointManager)"
-)
-UNSUPPORTED: dict[str, dict[str, str]] = {
-    "trainjob": {
-        "elastic_min_replicas": _ELASTIC,
-        "elastic_max_replicas": _ELASTIC,
-        "max_restarts": _ELASTIC,
-        "scheduler_name": _GANG,
-        "min_available": _GANG,
-        "queue": _GANG,
-        "priority_class": (
-            "a TrainJob has no priority class and runtimePatches cannot set priorityClassName: "
-            "set it in your runtime's pod template (runtime_name), or use a Kueue "
-            "WorkloadPriorityClass (labels kueue.x-k8s.io/priority-class=NAME)"
-        ),
-        "host_network": (
-            "runtimePatches cannot set hostNetwork/dnsPolicy: set `hostNetwork: true` and "
-            "`dnsPolicy: ClusterFirstWithHostNet` in your runtime's pod template and set "
-            "runtime_name to it"
-        ),
-        "restart_policy": _RESTARTS,
-        "backoff_limit": _RESTARTS,
-        "clean_pod_policy": (
-            "a TrainJob's pods belong to its JobSet and go with it; the launcher's cleanup "
-            "option decides when the job is deleted"
-        ),
-        "ttl_seconds_after_finished": (
-            "a TrainJob has no ttlSecondsAfterFinished (it is the runtime's JobSet setting); the "
-            "launcher's cleanup option decides when the job is deleted"
-        ),
-        "ps_replicas": _PS,
-        "pytorch_master": "a TrainJob's nodes meet through the torch-distributed runtime's own "
-        "rendezvous (PET_MASTER_ADDR: node 0); there is no Master replica to ask for",
-    },
-    "pytorchjob": {
-        "runtime_name": "runtimes are a Kubeflow Trainer v2 concept; use api=trainjob",
-        "runtime_kind": "runtimes are a Kubeflow Trainer v2 concept; use api=trainjob",
-        "ps_replicas": _PS,
-    },
-    "tfjob": {
-        "runtime_name": _TF_RUNTIME,
-        "runtime_kind": _TF_RUNTIME,
-        "elastic_min_replicas": _TF_ELASTIC,
-        "elastic_max_replicas": _TF_ELASTIC,
-        "max_restarts": _TF_ELASTIC,
-        "pytorch_master": "a TFJob's first replica is its Chief (always there)",
-    },
-}
-"""API → field → why that API cannot express the field, and the alternative."""
 
 
 class SpecError(ValueError):
@@ -205,7 +137,7 @@ def _int(
 
 def check(spec: TrainSpec) -> None:
     """The checks run when a ``TrainSpec`` is built; the first problem raises ``SpecError``."""
-    for name, allowed in CHOICES.items():
+    for name, allowed in SPEC_CHOICES.items():
         value = getattr(spec, name)
         if value is not None and value not in allowed:
             _fail(spec, name, f"allowed: {', '.join(allowed)}")
@@ -272,7 +204,6 @@ def _check_pod_names(spec: TrainSpec) -> None:
 
 def _check_sizes(spec: TrainSpec) -> None:
     _int(spec, "workers", minimum=1, maximum=10_000)
-    _int(spec, "ps_replicas", minimum=0, maximum=10_000)
     _int(spec, "nproc_per_node", minimum=1, maximum=1024)
     _int(spec, "gpus_per_worker", minimum=0, maximum=1024)
     if spec.gpus_per_worker and (spec.nproc_per_node or 1) > spec.gpus_per_worker:
@@ -379,8 +310,12 @@ def _check_pod_security(spec: TrainSpec) -> None:
     if spec.capabilities and not privileged:
         what = f"adding {', '.join(spec.capabilities)}"
         _fail(spec, "capabilities", why.format(what=what, level=spec.pod_security))
-    if spec.host_network is True and not privileged:
-        _fail(spec, "host_network", why.format(what="the node's network", level=spec.pod_security))
+    if spec.operator.host_network is True and not privileged:
+        raise SpecError(
+            "TrainSpec.host_network=True is invalid: "
+            + why.format(what="the node's network", level=spec.pod_security),
+            field="host_network",
+        )
     if spec.stage_cache_host_path is not None and not privileged:
         what = "a hostPath volume (the node's file system)"
         _fail(spec, "stage_cache_host_path", why.format(what=what, level=spec.pod_security))
@@ -437,25 +372,22 @@ def _check_volumes(spec: TrainSpec) -> None:
 
 
 def _check_scheduling(spec: TrainSpec) -> None:
-    for name in (
-        "service_account",
-        "scheduler_name",
-        "priority_class",
-        "runtime_name",
-    ):
-        value = getattr(spec, name)
-        if value is not None and (len(value) > 253 or not DNS1123_SUBDOMAIN.match(value)):
-            _fail(spec, name, "must be a DNS-1123 name such as volcano or high-priority")
-    for name in ("queue", "kueue_queue"):
-        value = getattr(spec, name)
-        if value is not None and (len(value) > 63 or not DNS1123_LABEL.match(value)):
-            _fail(spec, name, "must be a DNS-1123 label such as team-a")
+    value = spec.service_account
+    if value is not None and (len(value) > 253 or not DNS1123_SUBDOMAIN.match(value)):
+        _fail(spec, "service_account", "must be a DNS-1123 name such as pipeline-runner")
+    value = spec.kueue_queue
+    if value is not None and (len(value) > 63 or not DNS1123_LABEL.match(value)):
+        _fail(spec, "kueue_queue", "must be a DNS-1123 label such as team-a")
     for secret in spec.image_pull_secrets:
         if not DNS1123_SUBDOMAIN.match(secret):
             _fail(spec, "image_pull_secrets", f"{secret!r} is not a valid Secret name")
-    _int(spec, "min_available", minimum=1, optional=True)
-    if spec.min_available is not None and spec.min_available > spec.pod_count:
-        _fail(spec, "min_available", f"must be <= the job's pods ({spec.pod_count})")
+    gang = spec.operator.min_available
+    if gang is not None and gang > spec.pod_count:
+        raise SpecError(
+            f"TrainSpec.min_available={gang!r} is invalid: must be <= the job's pods "
+            f"({spec.pod_count})",
+            field="min_available",
+        )
     for i, toleration in enumerate(spec.tolerations):
         problem = _toleration_problem(toleration)
         if problem:
@@ -463,43 +395,21 @@ def _check_scheduling(spec: TrainSpec) -> None:
 
 
 def _check_policies(spec: TrainSpec) -> None:
-    if spec.elastic:
-        lo, hi = spec.elastic_min_replicas, spec.elastic_max_replicas
-        if lo is None or hi is None:
-            _fail(
-                spec,
-                "elastic_min_replicas",
-                "elastic training needs both elastic_min_replicas and elastic_max_replicas",
-            )
-        _int(spec, "elastic_min_replicas", minimum=1)
-        _int(spec, "elastic_max_replicas", minimum=1)
-        if not lo <= spec.workers <= hi:
+    options = spec.pytorchjob
+    if options is not None and options.elastic:
+        lo, hi = options.elastic_min_replicas, options.elastic_max_replicas
+        if lo is not None and hi is not None and not lo <= spec.workers <= hi:
             _fail(
                 spec,
                 "workers",
                 f"must lie within elastic_min_replicas={lo} .. elastic_max_replicas={hi}",
             )
-    elif spec.max_restarts is not None:
-        _fail(
-            spec,
-            "max_restarts",
-            "is torchrun's elastic --max-restarts; set elastic_min_replicas and "
-            "elastic_max_replicas too, or use backoff_limit for non-elastic jobs",
-        )
-    _int(spec, "max_restarts", minimum=0, optional=True)
-    _int(spec, "backoff_limit", minimum=0, optional=True)
     _int(spec, "active_deadline_seconds", minimum=1, optional=True, maximum=2**63 - 1)
-    _int(spec, "ttl_seconds_after_finished", minimum=0, optional=True)
     _int(spec, "termination_grace_period_seconds", minimum=0, optional=True)
-    if not isinstance(spec.host_network, bool):
-        _fail(spec, "host_network", "must be true or false")
 
 
 def _check_api_support(spec: TrainSpec) -> None:
-    """Refuse what the chosen API cannot express, naming the alternative."""
-    for name, why in UNSUPPORTED.get(spec.api, {}).items():
-        if getattr(spec, name) not in (None, False):
-            _fail(spec, name, f"api={spec.api} cannot express it: {why}")
+    """What the chosen API asks of the portable settings (its own options check themselves)."""
     if spec.api == "trainjob":
         reserved = sorted(k for k in spec.env if k.startswith("PET_"))
         if reserved:

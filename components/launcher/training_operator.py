@@ -60,15 +60,15 @@ def build_pod_template(
         init_containers=[init] if init else None,
         security_context=pod_security.pod_context(spec),
         volumes=volumes or None,
-        host_network=spec.host_network or None,
-        dns_policy="ClusterFirstWithHostNet" if spec.host_network else None,
+        host_network=spec.operator.host_network or None,
+        dns_policy="ClusterFirstWithHostNet" if spec.operator.host_network else None,
         node_selector=dict(spec.node_selector) or None,
         affinity=spec.extras.affinity,
         tolerations=pod_parts.tolerations(spec),
         service_account_name=spec.service_account,
         image_pull_secrets=[k8s.V1LocalObjectReference(name=s) for s in spec.image_pull_secrets]
         or None,
-        scheduler_name=spec.scheduler_name,
+        scheduler_name=spec.operator.scheduler_name,
         termination_grace_period_seconds=spec.termination_grace_period_seconds,
     )
     metadata = k8s.V1ObjectMeta(
@@ -79,7 +79,7 @@ def build_pod_template(
 
 def default_restart_policy(spec: TrainSpec) -> str:
     """The spec's restart policy, else the default of its API (``DEFAULT_RESTART_POLICIES``)."""
-    return spec.restart_policy or DEFAULT_RESTART_POLICIES.get(spec.api, "ExitCode")
+    return spec.operator.restart_policy or DEFAULT_RESTART_POLICIES.get(spec.api, "ExitCode")
 
 
 def replica_specs(
@@ -99,22 +99,24 @@ def replica_specs(
 
 def run_policy(spec: TrainSpec) -> ktm.KubeflowOrgV1RunPolicy:
     """Backoff limit, deadline, pod cleanup, TTL and gang scheduling (the launcher's defaults)."""
+    options = spec.operator
     scheduling = None
-    if spec.scheduler_name or spec.queue or spec.priority_class or spec.min_available:
+    if options.gang:
+        elastic = spec.pytorchjob
         scheduling = ktm.KubeflowOrgV1SchedulingPolicy(
             # Gang scheduling: every pod or none, so a half-placed job never holds GPUs idle.
-            min_available=spec.min_available
-            or (spec.elastic_min_replicas if spec.elastic else spec.pod_count),
-            queue=spec.queue,
-            priority_class=spec.priority_class,
+            min_available=options.min_available
+            or (elastic.elastic_min_replicas if elastic and elastic.elastic else spec.pod_count),
+            queue=options.queue,
+            priority_class=options.priority_class,
         )
+    backoff = options.backoff_limit
+    ttl = options.ttl_seconds_after_finished
     return ktm.KubeflowOrgV1RunPolicy(
-        backoff_limit=DEFAULT_BACKOFF_LIMIT if spec.backoff_limit is None else spec.backoff_limit,
+        backoff_limit=DEFAULT_BACKOFF_LIMIT if backoff is None else backoff,
         active_deadline_seconds=spec.active_deadline_seconds,
-        clean_pod_policy=spec.clean_pod_policy or DEFAULT_CLEAN_POD_POLICY,
-        ttl_seconds_after_finished=DEFAULT_TTL_SECONDS
-        if spec.ttl_seconds_after_finished is None
-        else spec.ttl_seconds_after_finished,
+        clean_pod_policy=options.clean_pod_policy or DEFAULT_CLEAN_POD_POLICY,
+        ttl_seconds_after_finished=DEFAULT_TTL_SECONDS if ttl is None else ttl,
         scheduling_policy=scheduling,
     )
 

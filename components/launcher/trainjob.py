@@ -139,8 +139,8 @@ def build_trainjob_model(spec: TrainSpec) -> tm.TrainerV1alpha1TrainJob:
         spec=tm.TrainerV1alpha1TrainJobSpec(
             runtimeRef=tm.TrainerV1alpha1RuntimeRef(
                 apiGroup=API_GROUP,
-                kind=spec.runtime_kind or DEFAULT_RUNTIME_KIND,
-                name=spec.runtime_name or DEFAULT_RUNTIME,
+                kind=spec.runtime.runtime_kind or DEFAULT_RUNTIME_KIND,
+                name=spec.runtime.runtime_name or DEFAULT_RUNTIME,
             ),
             trainer=_trainer(spec),
             runtimePatches=[_runtime_patch(spec)],

@@ -34,7 +34,7 @@ def replica(api: str, node: int) -> str:
 def spec(ns: Namespace | str, api: str, **kw: Any) -> TrainSpec:
     namespace = ns if isinstance(ns, str) else ns.name
     base = {"api": api, "name": "job", "namespace": namespace, "workers": 2, "run_id": "run-1"}
-    return TrainSpec(**(base | (TF_PROGRAM if api == "tfjob" else {}) | kw))
+    return TrainSpec.flat(**(base | (TF_PROGRAM if api == "tfjob" else {}) | kw))
 
 
 def options(ns: Namespace, lines: list[str] | None = None, **kw: Any) -> KubernetesOptions:

@@ -117,7 +117,7 @@ def test_render_every_flag_matches_the_same_spec_in_python():
     )
     assert code == 0, out
     manifest = yaml.safe_load(out)
-    expected = TrainSpec(
+    expected = TrainSpec.flat(
         api="pytorchjob",
         name="resnet-ddp",
         namespace="ml",
@@ -199,7 +199,7 @@ def test_render_a_trainjob_with_runtime_flags():
     )
     assert code == 0, out
     manifest = yaml.safe_load(out)
-    expected = TrainSpec(
+    expected = TrainSpec.flat(
         api="trainjob",
         name="tj",
         workers=3,
@@ -243,7 +243,7 @@ def test_render_a_tfjob_with_the_users_image_and_command():
     )
     assert code == 0, out
     manifest = yaml.safe_load(out)
-    expected = TrainSpec(
+    expected = TrainSpec.flat(
         api="tfjob",
         name="tf",
         image="registry.example.com/tf-mnist:1",
@@ -426,17 +426,22 @@ def test_rbac_command():
     [
         ("--cpu", "--cpu-request", "8", ("resources", "requests", "cpu")),
         ("--memory", "--memory-request", "32Gi", ("resources", "requests", "memory")),
+        # A PyTorchJob option (PyTorchJobOptions): its old flag has the new one's type.
+        ("--elastic-min", "--elastic-min-replicas", "2", ("elasticPolicy", "minReplicas")),
     ],
 )
 def test_a_flag_renamed_in_0_2_works_by_its_old_name_with_a_warning(old, new, value, field):
-    args = ["render", "--api", "pytorchjob", "--name", "resnet-ddp"]
+    args = ["render", "--api", "pytorchjob", "--name", "resnet-ddp", "--workers", "2"]
+    args += ["--elastic-max-replicas", "4"] if "elastic" in old else []
     by_old = CliRunner().invoke(cli, [*args, old, value])
     by_new = CliRunner().invoke(cli, [*args, new, value])
     assert by_old.exit_code == 0 and by_new.exit_code == 0, by_old.output + by_new.output
     assert f"WARNING: {old} is now {new}" in by_old.stderr and "WARNING" not in by_new.stderr
     manifest = yaml.safe_load(by_new.stdout)
     assert yaml.safe_load(by_old.stdout) == manifest
-    found = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    found = manifest["spec"]
+    if field[0] == "resources":
+        found = found["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     for key in field:
         found = found[key]
     assert str(found) == value

@@ -567,7 +567,7 @@ SIGTERM_SCRIPT = textwrap.dedent(
 
     api, namespace, kubeconfig = sys.argv[1:4]
     program = {"image": "tf:1", "command": ["python", "train.py"]} if api == "tfjob" else {}
-    spec = TrainSpec(
+    spec = TrainSpec.flat(
         api=api, name="job", namespace=namespace, workers=2, run_id="run-1", **program
     )
     options = KubernetesOptions(config_file=kubeconfig, poll_interval_s=1.0)

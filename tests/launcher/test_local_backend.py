@@ -29,7 +29,8 @@ from components.launcher import (
     TrainSpec,
     run_job,
 )
-from components.launcher.backends.local import NODE_TAG_ENV, tagged_pids
+from components.launcher.api_options import PyTorchJobOptions, TrainJobOptions
+from components.launcher.backends.local import NODE_TAG_ENV, local_api, replica_names, tagged_pids
 from tests.image_data import write_image_folder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,7 +119,7 @@ def local_spec(script: Path, mode: str, **kw) -> TrainSpec:
         "args": ["/workspace/out", mode],
         "pvcs": ["ws:/workspace"],
     }
-    return TrainSpec(**(base | kw))
+    return TrainSpec.flat(**(base | kw))
 
 
 def test_env_contract_path_map_and_prefixed_logs(script: Path, tmp_path: Path):
@@ -214,7 +215,7 @@ def test_unmapped_pvc_gets_a_folder_under_workdir(script: Path, tmp_path: Path):
 def test_torch_distributed_initialises_from_the_contract(tmp_path: Path):
     (tmp_path / "ddp.py").write_text(DDP_SCRIPT)
     lines: list[str] = []
-    spec = TrainSpec(
+    spec = TrainSpec.flat(
         api="pytorchjob",
         pytorch_master=True,
         name="ddp",
@@ -284,7 +285,7 @@ def test_torchrun_command_runs_nproc_per_node_processes(tmp_path: Path):
 def test_elastic_job_rendezvouses_with_c10d(tmp_path: Path):
     (tmp_path / "ddp.py").write_text(DDP_SCRIPT)
     lines: list[str] = []
-    spec = TrainSpec(
+    spec = TrainSpec.flat(
         api="pytorchjob",
         name="elastic",
         workers=2,
@@ -386,7 +387,7 @@ SIGTERM_LAUNCHER = textwrap.dedent(
     import sys
     from components.launcher import JobCancelled, LocalOptions, TrainSpec, run_job
 
-    spec = TrainSpec(api="pytorchjob", pytorch_master=True, name="local-job", workers=2,
+    spec = TrainSpec.flat(api="pytorchjob", pytorch_master=True, name="local-job", workers=2,
                      command=["python", sys.argv[1]], args=[sys.argv[2], "sleep"])
     try:
         run_job(spec, backend="local", options=LocalOptions(grace_period_s=5))
@@ -525,7 +526,7 @@ def workspace(tmp_path: Path) -> Path:
 
 def trainer_spec(*args: str, **kw) -> TrainSpec:
     kw = {"api": "pytorchjob"} | kw
-    return TrainSpec(
+    return TrainSpec.flat(
         name="ddp-local", workers=2, pvcs=["ws:/workspace"], args=TRAINER_ARGS + list(args), **kw
     )
 
@@ -619,3 +620,13 @@ def test_real_trainer_killed_worker_resumes_from_its_checkpoint(workspace: Path)
     assert result.summary["resumed_from_step"] is not None
     assert result.summary["resumed_from_step"] >= 2 and result.summary["steps"] == 6
     assert result.summary["world_size"] == 2
+
+
+def test_auto_runs_locally_as_the_api_of_its_options():
+    plain = TrainSpec(name="j", workers=2)
+    assert (local_api(plain), replica_names(plain)) == ("trainjob", ["node-0", "node-1"])
+    runtime = TrainSpec(name="j", workers=2, api_options=TrainJobOptions(runtime_name="mine"))
+    assert local_api(runtime) == "trainjob"
+    master = TrainSpec(name="j", workers=2, api_options=PyTorchJobOptions(pytorch_master=True))
+    assert local_api(master) == "pytorchjob"
+    assert replica_names(master) == ["master-0", "worker-0"]  # not the TrainJob's nodes

@@ -63,7 +63,7 @@ def replica_script(tmp_path: Path) -> Path:
 
 
 def tf_spec(**kw) -> TrainSpec:
-    return TrainSpec(**({"api": "tfjob", "name": "tf-local"} | PROGRAM | kw))
+    return TrainSpec.flat(**({"api": "tfjob", "name": "tf-local"} | PROGRAM | kw))
 
 
 def test_tf_tasks_and_config_are_the_operators():

@@ -90,7 +90,7 @@ def test_workers_meet_at_worker_0_by_c10d_rendezvous():
 
 
 def test_pytorch_master_gives_one_master_and_n_minus_one_workers():
-    spec = TrainSpec(
+    spec = TrainSpec.flat(
         name="job", workers=4, nproc_per_node=8, gpus_per_worker=8, pytorch_master=True
     )
     m = build_pytorchjob(spec)
@@ -184,7 +184,7 @@ def test_pvc_mounts_from_objects_strings_and_dicts():
 
 
 def test_host_network_sets_dns_policy():
-    privileged = TrainSpec(name="j", host_network=True, pod_security="privileged")
+    privileged = TrainSpec.flat(name="j", host_network=True, pod_security="privileged")
     p = pod(build_pytorchjob(privileged))["spec"]
     assert p["hostNetwork"] is True and p["dnsPolicy"] == "ClusterFirstWithHostNet"
     p = pod(build_pytorchjob(TrainSpec(name="j")))["spec"]
@@ -219,7 +219,7 @@ def test_placement_identity_and_pull_secrets():
 
 def test_gang_scheduling_with_a_scheduler():
     m = build_pytorchjob(
-        TrainSpec(
+        TrainSpec.flat(
             name="j", workers=4, scheduler_name="volcano", queue="team-a", priority_class="hi"
         )
     )
@@ -230,7 +230,9 @@ def test_gang_scheduling_with_a_scheduler():
         "queue": "team-a",
         "priorityClass": "hi",
     }
-    m = build_pytorchjob(TrainSpec(name="j", workers=4, scheduler_name="volcano", min_available=2))
+    m = build_pytorchjob(
+        TrainSpec.flat(name="j", workers=4, scheduler_name="volcano", min_available=2)
+    )
     assert m["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 2}
     assert "schedulingPolicy" not in build_pytorchjob(TrainSpec(name="j"))["spec"]["runPolicy"]
 
@@ -242,7 +244,7 @@ def test_kueue_queue_label():
 
 def test_elastic_policy_uses_workers_only_and_c10d():
     m = build_pytorchjob(
-        TrainSpec(
+        TrainSpec.flat(
             name="j",
             workers=3,
             elastic_min_replicas=2,
@@ -263,7 +265,7 @@ def test_elastic_policy_uses_workers_only_and_c10d():
 
 
 def test_run_policy_and_restart_policy():
-    spec = TrainSpec(
+    spec = TrainSpec.flat(
         name="j",
         workers=2,
         backoff_limit=0,
@@ -423,12 +425,12 @@ def random_spec(rng: random.Random) -> TrainSpec:
         kwargs |= {"elastic_min_replicas": lo, "elastic_max_replicas": workers + rng.randint(0, 4)}
         if rng.random() < 0.5:
             kwargs["max_restarts"] = rng.randint(0, 10)
-    return TrainSpec(api="pytorchjob", **kwargs)
+    return TrainSpec.flat(api="pytorchjob", **kwargs)
 
 
 def all_specs() -> list[TrainSpec]:
     rng = random.Random(1234)
-    return [TrainSpec(**({"api": "pytorchjob", "name": "job"} | v)) for v in VARIATIONS] + [
+    return [TrainSpec.flat(**({"api": "pytorchjob", "name": "job"} | v)) for v in VARIATIONS] + [
         random_spec(rng) for _ in range(300)
     ]
 
@@ -481,7 +483,7 @@ def test_the_schema_check_catches_mistakes():
     ],
 )
 def test_admission_rules_catch_what_the_operator_refuses(mutate, message):
-    bad = copy.deepcopy(build_pytorchjob(TrainSpec(name="j", workers=2, pytorch_master=True)))
+    bad = copy.deepcopy(build_pytorchjob(TrainSpec.flat(name="j", workers=2, pytorch_master=True)))
     mutate(bad)
     errors = admission_errors(bad)
     if message is None:  # dropping the Worker is fine without an elastic policy

@@ -19,7 +19,7 @@ PROGRAM = {"image": "registry.example.com/tf-mnist:1", "command": ["python", "/a
 
 
 def tf_spec(**kw) -> TrainSpec:
-    return TrainSpec(**({"api": "tfjob", "name": "tf"} | PROGRAM | kw))
+    return TrainSpec.flat(**({"api": "tfjob", "name": "tf"} | PROGRAM | kw))
 
 
 def replicas(manifest: dict) -> dict:
@@ -110,8 +110,8 @@ def test_the_pod_template_and_run_policy_are_the_pytorchjobs():
         "labels": {"team": "vision"},
         "run_id": "r-1",
     }
-    tf = build_tfjob(TrainSpec(api="tfjob", **shared))
-    torch = build_pytorchjob(TrainSpec(api="pytorchjob", pytorch_master=True, **shared))
+    tf = build_tfjob(TrainSpec.flat(api="tfjob", **shared))
+    torch = build_pytorchjob(TrainSpec.flat(api="pytorchjob", pytorch_master=True, **shared))
     assert tf["spec"]["runPolicy"] == torch["spec"]["runPolicy"]
     assert tf["metadata"] == torch["metadata"] and tf["metadata"]["labels"][RUN_ID_LABEL] == "r-1"
     chief, master = copy.deepcopy(pod(tf)), copy.deepcopy(torch["spec"]["pytorchReplicaSpecs"])
@@ -140,7 +140,7 @@ def test_env_is_the_preset_then_the_users(preset):
 def test_build_manifest_builds_a_tfjob_for_api_tfjob_and_refuses_what_it_cannot_express():
     assert build_manifest(tf_spec())["kind"] == "TFJob"
     with pytest.raises(SpecError, match="api=tfjob cannot express it"):
-        build_tfjob(TrainSpec(name="tf", **PROGRAM, runtime_name="torch-distributed"))
+        build_tfjob(TrainSpec.flat(name="tf", **PROGRAM, runtime_name="torch-distributed"))
 
 
 # -- every manifest passes the official CRD schema and the operator's admission rules ----------

@@ -187,7 +187,7 @@ def test_no_shm_and_no_pvcs_leave_only_the_scratch_folders():
 
 def test_runtime_kueue_and_deadline():
     m = build_trainjob(
-        TrainSpec(
+        TrainSpec.flat(
             name="j",
             runtime_name="torch-h100",
             runtime_kind="TrainingRuntime",
@@ -290,12 +290,12 @@ def random_spec(rng: random.Random) -> TrainSpec:
             kwargs[key] = make()
     if kwargs.get("shm_size") == "16Gi" and kwargs.get("memory_limit"):
         kwargs["shm_size"] = "1Gi"
-    return TrainSpec(**kwargs)
+    return TrainSpec.flat(**kwargs)
 
 
 def all_specs() -> list[TrainSpec]:
     rng = random.Random(4321)
-    return [TrainSpec(**({"api": "trainjob", "name": "job"} | v)) for v in VARIATIONS] + [
+    return [TrainSpec.flat(**({"api": "trainjob", "name": "job"} | v)) for v in VARIATIONS] + [
         random_spec(rng) for _ in range(300)
     ]
 

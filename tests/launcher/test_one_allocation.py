@@ -115,7 +115,7 @@ def local_spec(tmp_path: Path, code: int, **kw) -> TrainSpec:
         f"import pathlib, sys\npathlib.Path('{tmp_path}/ran').touch()\nsys.exit({code})\n"
     )
     base = {"api": "trainjob", "name": "job", "workers": 1, "run_id": "run-1"}
-    return TrainSpec(**(base | {"command": ["python", str(script)]} | kw))
+    return TrainSpec.flat(**(base | {"command": ["python", str(script)]} | kw))
 
 
 def test_locally_a_permanent_failure_is_recorded_and_the_retry_starts_nothing(tmp_path: Path):

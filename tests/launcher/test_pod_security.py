@@ -46,7 +46,7 @@ def enforcing(cluster, level, request):
 
 def job_spec(namespace: str, api: str, **kw: Any) -> TrainSpec:
     base = {"api": api, "name": "job", "namespace": namespace, "workers": 2, "run_id": "r"}
-    return TrainSpec(**(base | (TF_PROGRAM if api == "tfjob" else {}) | kw))
+    return TrainSpec.flat(**(base | (TF_PROGRAM if api == "tfjob" else {}) | kw))
 
 
 def submit(cluster, s: TrainSpec) -> None:

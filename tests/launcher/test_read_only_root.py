@@ -122,7 +122,7 @@ def test_every_container_has_a_read_only_root_and_a_volume_for_every_path_it_wri
 ):
     settings = VARIANTS[variant] | {"pod_security": level}
     program = TF_PROGRAM | {"args": settings.get("args", [])} if api == "tfjob" else {}
-    assert problems_of(TrainSpec(api=api, name="j", workers=2, **(settings | program))) == []
+    assert problems_of(TrainSpec.flat(api=api, name="j", workers=2, **(settings | program))) == []
 
 
 def test_the_check_finds_a_writable_root_and_a_path_on_no_volume(monkeypatch):
@@ -143,7 +143,7 @@ def test_the_check_finds_a_writable_root_and_a_path_on_no_volume(monkeypatch):
     assert "node node: no readOnlyRootFilesystem: true" in problems_of(trainjob)
     monkeypatch.undo()
     monkeypatch.setattr(pod_parts, "scratch_mounts", lambda: [])
-    staged = problems_of(TrainSpec(api="pytorchjob", name="j", **STAGED))
+    staged = problems_of(TrainSpec.flat(api="pytorchjob", name="j", **STAGED))
     assert "Worker stage-data: /tmp is on the read-only root (no writable volume)" in staged
 
 
@@ -153,7 +153,7 @@ def test_the_scratch_folders_are_bounded_and_counted_in_the_pods_disk(api, varia
     """Each scratch emptyDir has a sizeLimit; the ephemeral-storage request (= limit) is the
     sum of the pod's disk-backed emptyDirs plus the containers' logs, the way the staging
     volume is counted."""
-    spec = TrainSpec(api=api, name="j", **VARIANTS[variant])
+    spec = TrainSpec.flat(api=api, name="j", **VARIANTS[variant])
     ((pod, _),) = pod_specs(build_manifest(spec)).values()
     volumes = {v["name"]: v for v in pod["volumes"]}
     for scratch in SCRATCH_DIRS:
@@ -206,7 +206,7 @@ def test_the_images_environment_and_the_pods_mounts_agree():
         "MPLCONFIGDIR",
     }
     for api in ("trainjob", "pytorchjob"):
-        spec = TrainSpec(api=api, name="j", **STAGED)
+        spec = TrainSpec.flat(api=api, name="j", **STAGED)
         for pod, pod_env in pod_specs(build_manifest(spec)).values():
             volumes = {v["name"]: v for v in pod["volumes"]}
             for container in [*pod.get("initContainers", []), *pod["containers"]]:

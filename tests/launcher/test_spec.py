@@ -6,7 +6,13 @@ import pytest
 
 from components import DEFAULT_IMAGE
 from components.launcher import SpecError, TrainSpec
-from components.launcher.spec import UNSUPPORTED
+from components.launcher.api_options import (
+    OPTIONS_OF_API,
+    SETTINGS_OF_APIS,
+    PyTorchJobOptions,
+    TFJobOptions,
+    TrainJobOptions,
+)
 
 # -- validation -------------------------
 
@@ -73,7 +79,7 @@ from components.launcher.spec import UNSUPPORTED
 )
 def test_bad_values_name_field_value_and_fix(kwargs, field):
     with pytest.raises(SpecError) as err:
-        TrainSpec(**({"name": "job"} | kwargs))
+        TrainSpec.flat(**({"name": "job"} | kwargs))
     message = str(err.value)
     assert field in message
     assert "invalid" in message or "not" in message or "must" in message
@@ -116,8 +122,16 @@ TRAINJOB_REFUSALS = {
 }
 
 
-def test_every_v1_only_field_has_a_refusal():
-    assert set(UNSUPPORTED["trainjob"]) == set(TRAINJOB_REFUSALS) | {
+@pytest.mark.parametrize("api", sorted(OPTIONS_OF_API))
+def test_every_api_says_what_it_offers_instead_of_each_other_apis_option(api):
+    cls = OPTIONS_OF_API[api]
+    own = {f for f, apis in SETTINGS_OF_APIS.items() if api in apis}
+    assert set(cls.INSTEAD) == set(SETTINGS_OF_APIS) - own
+    assert not set(cls.INSTEAD) & own
+
+
+def test_every_v1_only_field_has_a_tested_refusal():
+    assert set(TrainJobOptions.INSTEAD) == set(TRAINJOB_REFUSALS) | {
         "elastic_max_replicas",
         "ps_replicas",
         "pytorch_master",
@@ -127,13 +141,13 @@ def test_every_v1_only_field_has_a_refusal():
 @pytest.mark.parametrize("field", sorted(TRAINJOB_REFUSALS))
 def test_trainjob_refuses_what_it_cannot_express(field):
     kwargs, alternative = TRAINJOB_REFUSALS[field]
-    TrainSpec(api="pytorchjob", name="j", **kwargs)  # fine as a PyTorchJob
+    TrainSpec.flat(api="pytorchjob", name="j", **kwargs)  # fine as a PyTorchJob
     with pytest.raises(SpecError) as err:
-        TrainSpec(api="trainjob", name="j", **kwargs)
+        TrainSpec.flat(api="trainjob", name="j", **kwargs)
     message = str(err.value)
     assert "api=trainjob cannot express it" in message and alternative in message
     # auto is decided at submit time; binding it to the TrainJob refuses the same way
-    auto = TrainSpec(api="auto", name="j", **kwargs)
+    auto = TrainSpec.flat(api="auto", name="j", **kwargs)
     with pytest.raises(SpecError, match="api=trainjob cannot express it"):
         auto.for_api("trainjob")
 
@@ -146,7 +160,7 @@ def test_trainjob_refuses_reserved_pet_env():
 
 def test_pytorchjob_refuses_runtime_settings():
     with pytest.raises(SpecError, match="runtime_name.*api=pytorchjob cannot express it"):
-        TrainSpec(api="pytorchjob", name="j", runtime_name="torch-distributed")
+        TrainSpec.flat(api="pytorchjob", name="j", runtime_name="torch-distributed")
 
 
 def test_the_api_is_one_of_the_known_ones():
@@ -255,7 +269,7 @@ TFJOB_REFUSALS = {
 
 
 def test_every_tfjob_refusal_is_tested():
-    assert set(UNSUPPORTED["tfjob"]) == set(TFJOB_REFUSALS) | {
+    assert set(TFJobOptions.INSTEAD) == set(TFJOB_REFUSALS) | {
         "elastic_max_replicas",
         "pytorch_master",
     }
@@ -265,7 +279,7 @@ def test_every_tfjob_refusal_is_tested():
 def test_tfjob_refuses_what_it_cannot_express(field):
     kwargs, alternative = TFJOB_REFUSALS[field]
     with pytest.raises(SpecError) as err:
-        TrainSpec(**(TF | kwargs))
+        TrainSpec.flat(**(TF | kwargs))
     assert "api=tfjob cannot express it" in str(err.value) and alternative in str(err.value)
 
 
@@ -280,12 +294,12 @@ def test_tfjob_refuses_what_it_cannot_express(field):
 )
 def test_tfjob_needs_the_users_program_and_one_process_per_pod(kwargs, field, fix):
     with pytest.raises(SpecError) as err:
-        TrainSpec(**(TF | kwargs))
+        TrainSpec.flat(**(TF | kwargs))
     assert f"TrainSpec.{field}=" in str(err.value) and fix in str(err.value)
 
 
 def test_a_tfjob_takes_every_v1_pod_and_run_policy_setting():
-    spec = TrainSpec(
+    spec = TrainSpec.flat(
         **TF,
         workers=4,
         ps_replicas=2,
@@ -305,15 +319,17 @@ def test_a_tfjob_takes_every_v1_pod_and_run_policy_setting():
     )
     assert spec.pod_count == 6
     with pytest.raises(SpecError, match=r"min_available.*must be <= the job's pods \(6\)"):
-        TrainSpec(**TF, workers=4, ps_replicas=2, min_available=7)
+        TrainSpec.flat(**TF, workers=4, ps_replicas=2, min_available=7)
 
 
 @pytest.mark.parametrize("api", ["trainjob", "pytorchjob", "auto"])
 def test_parameter_servers_are_for_tfjobs_only(api):
     with pytest.raises(SpecError, match="ps_replicas.*use api=tfjob"):
-        TrainSpec(api=api, name="j", ps_replicas=1).for_api(api if api != "auto" else "trainjob")
+        TrainSpec.flat(api=api, name="j", ps_replicas=1).for_api(
+            api if api != "auto" else "trainjob"
+        )
     with pytest.raises(SpecError, match="ps_replicas"):
-        TrainSpec(**TF, ps_replicas=-1)
+        TrainSpec.flat(**TF, ps_replicas=-1)
 
 
 @pytest.mark.parametrize(
@@ -322,17 +338,95 @@ def test_parameter_servers_are_for_tfjobs_only(api):
 )
 def test_tfjob_names_leave_room_for_every_replicas_hostname(kw, longest):
     room = 63 - len(longest)
-    TrainSpec(**(TF | kw | {"name": "a" * room}))
+    TrainSpec.flat(**(TF | kw | {"name": "a" * room}))
     with pytest.raises(SpecError, match="too long for its pod hostnames"):
-        TrainSpec(**(TF | kw | {"name": "a" * (room + 1)}))
+        TrainSpec.flat(**(TF | kw | {"name": "a" * (room + 1)}))
 
 
 def test_a_tfjob_with_gpus_runs_one_process_per_pod_by_default():
-    assert TrainSpec(**TF, gpus_per_worker=4).nproc_per_node == 1
+    assert TrainSpec.flat(**TF, gpus_per_worker=4).nproc_per_node == 1
 
 
 def test_a_tfjob_with_gpus_gets_no_trainer_flags():
-    assert TrainSpec(**TF, gpus_per_worker=1, args=["--epochs", "2"]).container_args() == [
+    assert TrainSpec.flat(**TF, gpus_per_worker=1, args=["--epochs", "2"]).container_args() == [
         "--epochs",
         "2",
     ]
+
+
+# -- the API options objects ---------------------------------------------------------------------
+
+
+def test_an_option_an_api_lacks_cannot_be_given_to_it():
+    with pytest.raises(TypeError, match="backoff_limit"):
+        TrainJobOptions(backoff_limit=2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="runtime_name"):
+        PyTorchJobOptions(runtime_name="torch-distributed")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="elastic_min_replicas"):
+        TFJobOptions(elastic_min_replicas=1)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: TrainJobOptions(runtime_kind="Runtime"), "runtime_kind"),
+        (lambda: TrainJobOptions(runtime_name="Bad Name"), "runtime_name"),
+        (lambda: PyTorchJobOptions(restart_policy="Sometimes"), "restart_policy"),
+        (lambda: PyTorchJobOptions(elastic_max_replicas=3), "elastic_min_replicas"),
+        (lambda: PyTorchJobOptions(max_restarts=2), "max_restarts"),
+        (lambda: PyTorchJobOptions(pytorch_master="yes"), "pytorch_master"),
+        (lambda: TFJobOptions(ps_replicas=-1), "ps_replicas"),
+        (lambda: TFJobOptions(clean_pod_policy="Some"), "clean_pod_policy"),
+    ],
+)
+def test_each_options_object_checks_its_own_values(build, field):
+    with pytest.raises(SpecError) as err:
+        build()
+    assert err.value.field == field and f"TrainSpec.{field}=" in str(err.value)
+
+
+def test_a_concrete_api_always_has_its_options_object():
+    assert TrainSpec(name="j", api="trainjob").api_options == TrainJobOptions()
+    assert TrainSpec(name="j", api="pytorchjob").api_options == PyTorchJobOptions()
+    assert TrainSpec(name="j").api_options is None  # auto: the cluster decides
+    assert TrainSpec(name="j").for_api("pytorchjob").api_options == PyTorchJobOptions()
+
+
+def test_options_of_another_api_are_moved_or_refused_naming_the_setting():
+    # the Training Operator's settings a PyTorchJob and a TFJob share are kept
+    moved = TrainSpec(**(TF | {"api_options": PyTorchJobOptions(queue="team-a")}))
+    assert moved.api_options == TFJobOptions(queue="team-a")
+    # defaults move anywhere
+    assert TrainSpec(name="j", api="trainjob", api_options=PyTorchJobOptions()).api_options == (
+        TrainJobOptions()
+    )
+    with pytest.raises(SpecError) as err:
+        TrainSpec(name="j", api="trainjob", api_options=PyTorchJobOptions(backoff_limit=2))
+    assert err.value.field == "backoff_limit" and "failurePolicy" in str(err.value)
+
+
+def test_auto_keeps_the_options_and_the_cluster_api_must_express_them():
+    options = PyTorchJobOptions(elastic_min_replicas=1, elastic_max_replicas=4)
+    spec = TrainSpec(name="j", workers=2, api_options=options)
+    assert spec.api == "auto" and spec.elastic
+    assert spec.for_api("pytorchjob").api_options == options
+    with pytest.raises(SpecError, match="api=trainjob cannot express it: elastic training"):
+        spec.for_api("trainjob")
+
+
+def test_the_flat_form_sorts_settings_into_the_api_options():
+    flat = TrainSpec.flat(name="j", api="pytorchjob", backoff_limit=0, queue="team-a")
+    assert flat.api_options == PyTorchJobOptions(backoff_limit=0, queue="team-a")
+    # auto: the first of TrainJob, PyTorchJob that has every setting given
+    assert TrainSpec.flat(name="j", runtime_name="mine").api_options == TrainJobOptions(
+        runtime_name="mine"
+    )
+    assert TrainSpec.flat(name="j", backoff_limit=0).api_options == PyTorchJobOptions(
+        backoff_limit=0
+    )
+    # settings at their defaults (the CLI passes every flag) choose nothing
+    assert TrainSpec.flat(name="j", ps_replicas=0, host_network=False).api_options is None
+    with pytest.raises(SpecError, match="neither can express"):
+        TrainSpec.flat(name="j", runtime_name="mine", backoff_limit=1)
+    with pytest.raises(SpecError, match="inside api_options"):
+        TrainSpec.flat(name="j", api_options=TrainJobOptions(), runtime_name="mine")

@@ -71,7 +71,7 @@ STAGE = [
 
 
 def test_a_pytorchjob_stages_in_an_init_container():
-    m = build_manifest(TrainSpec(api="pytorchjob", name="j", workers=2, **STAGED))
+    m = build_manifest(TrainSpec.flat(api="pytorchjob", name="j", workers=2, **STAGED))
     pod = node_pod(m)
     (init,) = pod["initContainers"]
     assert init["name"] == "stage-data" and init["command"] == STAGE
@@ -96,7 +96,7 @@ def test_a_pytorchjob_stages_in_an_init_container():
 
 def test_a_trainjob_stages_then_execs_the_trainer():
     """Runtime patches cannot add an init container: the node's command stages first."""
-    m = build_manifest(TrainSpec(api="trainjob", name="j", workers=2, **STAGED))
+    m = build_manifest(TrainSpec.flat(api="trainjob", name="j", workers=2, **STAGED))
     trainer = m["spec"]["trainer"]
     assert trainer["command"] == [
         *STAGE,
@@ -116,7 +116,7 @@ def test_a_trainjob_stages_then_execs_the_trainer():
 
 @pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
 def test_a_host_path_cache_keeps_staged_data_on_the_node(api):
-    spec = TrainSpec(
+    spec = TrainSpec.flat(
         api=api,
         name="j",
         stage_cache_host_path="/mnt/kfp-ddp-cache",
@@ -178,7 +178,7 @@ def test_a_host_path_cache_keeps_staged_data_on_the_node(api):
 )
 def test_bad_staging_settings_are_refused(kwargs, message):
     with pytest.raises(SpecError, match=message):
-        TrainSpec(name="j", **kwargs)
+        TrainSpec.flat(name="j", **kwargs)
 
 
 # -- the stager, against the test S3 server ----------------------------------------------------

@@ -114,8 +114,17 @@ def free_port() -> int:
 
 
 def local_api(spec: TrainSpec) -> str:
-    """The env contract to emulate: the spec's API; ``auto`` is a TrainJob (Kubeflow's current)."""
-    return spec.api if spec.api in ("pytorchjob", "tfjob") else "trainjob"
+    """The env contract to emulate: the spec's API; ``auto`` is the API of its options, else a
+    TrainJob (Kubeflow's current)."""
+    if spec.api == "auto":
+        return spec.api_options.API if spec.api_options is not None else "trainjob"
+    return spec.api
+
+
+def _with_master(spec: TrainSpec) -> bool:
+    """A PyTorchJob with a Master replica (not Workers only)."""
+    options = spec.pytorchjob
+    return bool(options and options.pytorch_master and not options.elastic)
 
 
 def replica_names(spec: TrainSpec) -> list[str]:
@@ -125,7 +134,7 @@ def replica_names(spec: TrainSpec) -> list[str]:
         return [task.name for task in tf_tasks(spec)]
     if local_api(spec) == "trainjob":
         return [f"node-{i}" for i in range(spec.workers)]
-    if spec.elastic or not spec.pytorch_master:
+    if not _with_master(spec):
         return [f"worker-{i}" for i in range(spec.workers)]
     return ["master-0"] + [f"worker-{i}" for i in range(spec.workers - 1)]
 
@@ -194,7 +203,8 @@ class RestartRule:
     def of(cls, spec: TrainSpec) -> RestartRule:
         if local_api(spec) == "trainjob":
             return cls(policy="ExitCode", limit=DEFAULT_BACKOFF_LIMIT)
-        limit = PYTORCHJOB_BACKOFF_LIMIT if spec.backoff_limit is None else spec.backoff_limit
+        backoff = spec.operator.backoff_limit
+        limit = PYTORCHJOB_BACKOFF_LIMIT if backoff is None else backoff
         return cls(policy=default_restart_policy(spec), limit=limit)
 
     def retryable(self, code: int) -> bool:
@@ -206,8 +216,8 @@ class LocalRun:
 
     def __init__(self, spec: TrainSpec, options: LocalOptions | None = None):
         options = options or LocalOptions()
-        self.spec = spec
         self.api = local_api(spec)
+        self.spec = spec = spec.for_api(self.api)  # refuses an option that API lacks
         self.options = options
         self.workdir = Path(options.workdir or os.getcwd()).resolve()
         self.paths = PathMapper(spec, options.path_map, self.workdir)
@@ -225,10 +235,9 @@ class LocalRun:
         spec = self.spec
         return (
             self.api == "pytorchjob"
-            and spec.pytorch_master
+            and _with_master(spec)
             and spec.command is None
             and spec.nproc_per_node == 1
-            and not spec.elastic
         )
 
     def command(self, paths: PathMapper | None = None) -> list[str]:
@@ -294,7 +303,7 @@ class LocalRun:
         }
         if self.api == "trainjob":
             return contract
-        if spec.elastic or not spec.pytorch_master:
+        if not _with_master(spec):
             return self._rendezvous_contract(port)
         contract |= {
             "MASTER_ADDR": "127.0.0.1",
@@ -317,10 +326,12 @@ class LocalRun:
             "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}",
             "PET_RDZV_ID": spec.name,
         }
-        if spec.elastic:
-            contract["PET_NNODES"] = f"{spec.elastic_min_replicas}:{spec.elastic_max_replicas}"
-            if spec.max_restarts is not None:
-                contract["PET_MAX_RESTARTS"] = str(spec.max_restarts)
+        options = spec.pytorchjob
+        if options is not None and options.elastic:
+            low, high = options.elastic_min_replicas, options.elastic_max_replicas
+            contract["PET_NNODES"] = f"{low}:{high}"
+            if options.max_restarts is not None:
+                contract["PET_MAX_RESTARTS"] = str(options.max_restarts)
         return contract
 
     def replica_env(self, rank: int, ports: list[int]) -> dict[str, str]:

@@ -21,7 +21,7 @@ RBAC_HINT = "components/launcher/rbac.yaml (python -m components.launcher rbac)"
 
 def preflight(clients: Clients, spec: TrainSpec, api: JobApi, note: Callable[[str], None]) -> None:
     """Raise PreflightError naming what is missing and how to fix it."""
-    namespaced_runtime = api.name == "trainjob" and spec.runtime_kind == "TrainingRuntime"
+    namespaced_runtime = api.name == "trainjob" and spec.runtime.runtime_kind == "TrainingRuntime"
     readable = check_namespace(clients, spec.namespace)
     if api.name == "trainjob":
         check_runtime(clients, spec, note)
@@ -37,8 +37,8 @@ def check_runtime(clients: Clients, spec: TrainSpec, note: Callable[[str], None]
     """The TrainJob's runtime exists (a forbidden read of a cluster runtime is only noted)."""
     from kubernetes.client.rest import ApiException
 
-    kind = spec.runtime_kind or DEFAULT_RUNTIME_KIND
-    name = spec.runtime_name or DEFAULT_RUNTIME
+    kind = spec.runtime.runtime_kind or DEFAULT_RUNTIME_KIND
+    name = spec.runtime.runtime_name or DEFAULT_RUNTIME
     try:
         if kind == "ClusterTrainingRuntime":
             clients.custom.get_cluster_custom_object(

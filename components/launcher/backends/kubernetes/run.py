@@ -232,7 +232,7 @@ class _Follow:
         stops_itself = (
             problem.exit_code is not None
             and self.api.name == "pytorchjob"
-            and (self.spec.restart_policy or "ExitCode") in ("ExitCode", "Never")
+            and (self.spec.operator.restart_policy or "ExitCode") in ("ExitCode", "Never")
         )
         if stops_itself:
             return  # the controller marks the job Failed; the loop reports it then

@@ -1,0 +1,349 @@
+"""What only one cluster API can say: ``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``.
+
+A ``TrainSpec`` holds what every API runs (image, command, nodes, resources, volumes, security)
+and one of these objects in ``api_options``: the settings of its API alone. An option that an API
+does not have cannot be given to it: ``TrainJobOptions(backoff_limit=2)`` is a TypeError, and
+each object checks its own values when it is built (``SpecError`` naming the setting).
+
+The flat form of a spec (the launcher's CLI flags, the training step's ``overrides_json``, a
+plain dict) names every setting at the top level; ``options_from_settings`` sorts its API
+settings into the options object of the spec's API, and refuses one that API lacks with what the
+API offers instead (``INSTEAD``, on each class: how that API says the same thing, if it can).
+``api="auto"`` takes the first of TrainJob, PyTorchJob that can express every setting given;
+``bind`` moves options to another API when the cluster decides (again refusing what it lacks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NoReturn
+
+from components.launcher.names import DNS1123_LABEL, DNS1123_SUBDOMAIN
+from components.launcher.spec_rules import (
+    CLEAN_POD_POLICIES,
+    RESTART_POLICIES,
+    RUNTIME_KINDS,
+    SpecError,
+)
+
+_GANG = (
+    "gang scheduling is a runtime setting in Kubeflow Trainer v2 (the runtime's podGroupPolicy, "
+    "e.g. `podGroupPolicy: {volcano: {}}` as in Trainer's Volcano example): create such a "
+    "ClusterTrainingRuntime and set runtime_name to it, or queue with Kueue (kueue_queue)"
+)
+_ELASTIC = (
+    "elastic training (elasticPolicy) was removed in Kubeflow Trainer v2.2: use a fixed number "
+    "of workers, or api=pytorchjob on a cluster with the Training Operator v1"
+)
+_RESTARTS = (
+    "a TrainJob restarts per its runtime's JobSet failurePolicy (maxRestarts), which a TrainJob "
+    "cannot patch: set it in your runtime (runtime_name), or use api=pytorchjob"
+)
+_PS = "parameter servers are a TensorFlow concept: use api=tfjob for a TensorFlow program"
+_V2_RUNTIME = "runtimes are a Kubeflow Trainer v2 concept; use api=trainjob"
+_TF_RUNTIME = (
+    "runtimes are a Kubeflow Trainer v2 concept, and Trainer v2 has no TensorFlow runtime; a TFJob "
+    "runs on the Training Operator v1"
+)
+_TF_ELASTIC = (
+    "elastic training is torchrun's (a PyTorchJob's elasticPolicy); a TFJob has a fixed number "
+    "of workers: set workers, and let a restarted replica resume from its checkpoint (Keras "
+    "BackupAndRestore or tf.train.CheckpointManager)"
+)
+
+
+def _fail(options: Any, name: str, why: str) -> NoReturn:
+    raise SpecError(f"TrainSpec.{name}={getattr(options, name)!r} is invalid: {why}", field=name)
+
+
+def _int(options: Any, name: str, *, minimum: int, maximum: int = 2**31 - 1) -> None:
+    """An optional whole number within bounds (None: not set)."""
+    value = getattr(options, name)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(options, name, f"must be an integer >= {minimum}")
+    if not minimum <= value <= maximum:
+        _fail(options, name, f"must be between {minimum} and {maximum}")
+
+
+def _name(options: Any, name: str, pattern: Any, limit: int, example: str) -> None:
+    value = getattr(options, name)
+    if value is not None and (
+        not isinstance(value, str) or len(value) > limit or not pattern.match(value)
+    ):
+        _fail(options, name, f"must be a DNS-1123 name such as {example}")
+
+
+def _choice(options: Any, name: str, allowed: tuple[str, ...]) -> None:
+    value = getattr(options, name)
+    if value is not None and value not in allowed:
+        _fail(options, name, f"allowed: {', '.join(allowed)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainJobOptions:
+    """What only a Kubeflow Trainer v2 ``TrainJob`` says: the runtime it runs on."""
+
+    API: ClassVar[str] = "trainjob"
+    INSTEAD: ClassVar[dict[str, str]] = {
+        "elastic_min_replicas": _ELASTIC,
+        "elastic_max_replicas": _ELASTIC,
+        "max_restarts": _ELASTIC,
+        "scheduler_name": _GANG,
+        "min_available": _GANG,
+        "queue": _GANG,
+        "priority_class": (
+            "a TrainJob has no priority class and runtimePatches cannot set priorityClassName: "
+            "set it in your runtime's pod template (runtime_name), or use a Kueue "
+            "WorkloadPriorityClass (labels kueue.x-k8s.io/priority-class=NAME)"
+        ),
+        "host_network": (
+            "runtimePatches cannot set hostNetwork/dnsPolicy: set `hostNetwork: true` and "
+            "`dnsPolicy: ClusterFirstWithHostNet` in your runtime's pod template and set "
+            "runtime_name to it"
+        ),
+        "restart_policy": _RESTARTS,
+        "backoff_limit": _RESTARTS,
+        "clean_pod_policy": (
+            "a TrainJob's pods belong to its JobSet and go with it; the launcher's cleanup "
+            "option decides when the job is deleted"
+        ),
+        "ttl_seconds_after_finished": (
+            "a TrainJob has no ttlSecondsAfterFinished (it is the runtime's JobSet setting); the "
+            "launcher's cleanup option decides when the job is deleted"
+        ),
+        "ps_replicas": _PS,
+        "pytorch_master": "a TrainJob's nodes meet through the torch-distributed runtime's own "
+        "rendezvous (PET_MASTER_ADDR: node 0); there is no Master replica to ask for",
+    }
+    """Other APIs' options → how a TrainJob says it instead (or why it cannot)."""
+
+    runtime_name: str | None = None
+    """TrainJob runtimeRef name (None: the ClusterTrainingRuntime torch-distributed)."""
+    runtime_kind: str | None = None
+    """TrainJob runtimeRef kind: ClusterTrainingRuntime or TrainingRuntime (None: the former)."""
+
+    def __post_init__(self) -> None:
+        _name(self, "runtime_name", DNS1123_SUBDOMAIN, 253, "torch-distributed")
+        _choice(self, "runtime_kind", RUNTIME_KINDS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorOptions:
+    """What the Training Operator v1 jobs (PyTorchJob, TFJob) say alike: their run policy, gang
+    scheduling, restart policy and the node's network."""
+
+    API: ClassVar[str] = ""
+    INSTEAD: ClassVar[dict[str, str]] = {}
+
+    scheduler_name: str | None = None
+    """PyTorchJob/TFJob pod schedulerName (e.g. volcano); turns on gang scheduling
+    (schedulingPolicy)."""
+    min_available: int | None = None
+    """PyTorchJob/TFJob gang size: pods schedulable together. None with a scheduler: all pods."""
+    queue: str | None = None
+    """PyTorchJob/TFJob runPolicy.schedulingPolicy.queue (e.g. the Volcano queue)."""
+    priority_class: str | None = None
+    """PyTorchJob/TFJob runPolicy.schedulingPolicy.priorityClass."""
+    host_network: bool = False
+    """Use the node's network (RDMA/perf); sets dnsPolicy ClusterFirstWithHostNet (PyTorchJob).
+    Needs pod_security=privileged (baseline and restricted refuse host namespaces)."""
+    restart_policy: str | None = None
+    """PyTorchJob/TFJob replica restart policy: OnFailure, ExitCode, Never or Always (None:
+    ExitCode for a PyTorchJob — our trainer's exit codes 1-127 are permanent — and OnFailure for
+    a TFJob)."""
+    backoff_limit: int | None = None
+    """PyTorchJob/TFJob restarts before the job is marked Failed (None: 3)."""
+    clean_pod_policy: str | None = None
+    """PyTorchJob/TFJob pods deleted when the job finishes: Running, All or None (None: Running, so
+    finished pods stay for their logs)."""
+    ttl_seconds_after_finished: int | None = None
+    """PyTorchJob/TFJob: the operator deletes the finished job after this many seconds."""
+
+    def __post_init__(self) -> None:
+        _name(self, "scheduler_name", DNS1123_SUBDOMAIN, 253, "volcano")
+        _name(self, "priority_class", DNS1123_SUBDOMAIN, 253, "high-priority")
+        _name(self, "queue", DNS1123_LABEL, 63, "team-a")
+        _int(self, "min_available", minimum=1)
+        _int(self, "backoff_limit", minimum=0)
+        _int(self, "ttl_seconds_after_finished", minimum=0)
+        _choice(self, "restart_policy", RESTART_POLICIES)
+        _choice(self, "clean_pod_policy", CLEAN_POD_POLICIES)
+        if not isinstance(self.host_network, bool):
+            _fail(self, "host_network", "must be true or false")
+
+    @property
+    def gang(self) -> bool:
+        """Whether the job asks for gang scheduling (a schedulingPolicy)."""
+        return bool(self.scheduler_name or self.queue or self.priority_class or self.min_available)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PyTorchJobOptions(OperatorOptions):
+    """What only a Training Operator v1 ``PyTorchJob`` says: its Master, elastic training."""
+
+    API: ClassVar[str] = "pytorchjob"
+    INSTEAD: ClassVar[dict[str, str]] = {
+        "runtime_name": _V2_RUNTIME,
+        "runtime_kind": _V2_RUNTIME,
+        "ps_replicas": _PS,
+    }
+
+    pytorch_master: bool = False
+    """PyTorchJob layout: a Master and workers-1 Workers (the operator sets MASTER_ADDR, RANK and
+    WORLD_SIZE, for programs that read them). Default: Workers only, meeting through torchrun's
+    c10d rendezvous at worker-0. With a Master the v1.9 operator adds its init-pytorch container
+    (no securityContext) to every Worker: restricted Pod Security refuses it unless the operator
+    runs with --pytorch-init-container-template-file (see the README)."""
+    elastic_min_replicas: int | None = field(default=None, metadata={"old_flag": "--elastic-min"})
+    """PyTorchJob elastic training: lower bound of pods (set with elastic_max_replicas)."""
+    elastic_max_replicas: int | None = field(default=None, metadata={"old_flag": "--elastic-max"})
+    """PyTorchJob elastic training: upper bound of pods."""
+    max_restarts: int | None = None
+    """PyTorchJob elastic training: torchrun's --max-restarts (elastic only)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.elastic:
+            for name in ("elastic_min_replicas", "elastic_max_replicas"):
+                if getattr(self, name) is None:
+                    _fail(
+                        self,
+                        "elastic_min_replicas",
+                        "elastic training needs both elastic_min_replicas and elastic_max_replicas",
+                    )
+                _int(self, name, minimum=1)
+        elif self.max_restarts is not None:
+            _fail(
+                self,
+                "max_restarts",
+                "is torchrun's elastic --max-restarts; set elastic_min_replicas and "
+                "elastic_max_replicas too, or use backoff_limit for non-elastic jobs",
+            )
+        _int(self, "max_restarts", minimum=0)
+        if not isinstance(self.pytorch_master, bool):
+            _fail(self, "pytorch_master", "must be true or false")
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the job uses the operator's elastic policy (torchrun c10d rendezvous)."""
+        return self.elastic_min_replicas is not None or self.elastic_max_replicas is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TFJobOptions(OperatorOptions):
+    """What only a Training Operator v1 ``TFJob`` says: its parameter servers."""
+
+    API: ClassVar[str] = "tfjob"
+    INSTEAD: ClassVar[dict[str, str]] = {
+        "runtime_name": _TF_RUNTIME,
+        "runtime_kind": _TF_RUNTIME,
+        "elastic_min_replicas": _TF_ELASTIC,
+        "elastic_max_replicas": _TF_ELASTIC,
+        "max_restarts": _TF_ELASTIC,
+        "pytorch_master": "a TFJob's first replica is its Chief (always there)",
+    }
+
+    ps_replicas: int = 0
+    """TFJob parameter-server (PS) pods, besides the workers."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ps_replicas is None or isinstance(self.ps_replicas, bool):
+            _fail(self, "ps_replicas", "must be an integer >= 0")
+        _int(self, "ps_replicas", minimum=0, maximum=10_000)
+
+
+ApiOptions = TrainJobOptions | PyTorchJobOptions | TFJobOptions
+OPTIONS_OF_API: dict[str, type[TrainJobOptions] | type[PyTorchJobOptions] | type[TFJobOptions]] = {
+    cls.API: cls for cls in (TrainJobOptions, PyTorchJobOptions, TFJobOptions)
+}
+"""Concrete API → its options class."""
+AUTO_ORDER = ("trainjob", "pytorchjob")
+"""What ``api="auto"`` may become, in the launcher's order of preference."""
+
+
+def option_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+SETTINGS_OF_APIS: dict[str, tuple[str, ...]] = {}
+"""Every API option's name → the APIs that have it."""
+for _api, _cls in OPTIONS_OF_API.items():
+    for _name_ in option_names(_cls):
+        SETTINGS_OF_APIS[_name_] = (*SETTINGS_OF_APIS.get(_name_, ()), _api)
+
+
+DEFAULTS: dict[str, Any] = {
+    f.name: f.default for cls in OPTIONS_OF_API.values() for f in dataclasses.fields(cls)
+}
+"""Every API option's default (the same in every API that has it)."""
+
+
+def _given(name: str, value: Any) -> bool:
+    """Whether a flat setting says something: a value other than its option's default (the
+    CLI passes every flag, most at their defaults)."""
+    default = DEFAULTS[name]
+    return value is not None and not (value == default and type(value) is type(default))
+
+
+def _refusal(api: str, name: str, value: Any) -> SpecError:
+    why = OPTIONS_OF_API[api].INSTEAD.get(name) or f"it is an option of {SETTINGS_OF_APIS[name]}"
+    return SpecError(
+        f"TrainSpec.{name}={value!r} is invalid: api={api} cannot express it: {why}", field=name
+    )
+
+
+def _lacking(api: str, settings: Mapping[str, Any]) -> SpecError | None:
+    """The refusal of the first setting given that ``api`` has no option for (None: none)."""
+    own = set(option_names(OPTIONS_OF_API[api]))
+    for name, value in settings.items():
+        if name not in own and _given(name, value):
+            return _refusal(api, name, value)
+    return None
+
+
+def _build(api: str, settings: Mapping[str, Any]) -> ApiOptions:
+    """``api``'s options from flat settings; a setting it lacks, if given, is refused."""
+    refusal = _lacking(api, settings)
+    if refusal is not None:
+        raise refusal
+    cls = OPTIONS_OF_API[api]
+    own = set(option_names(cls))
+    return cls(**{name: value for name, value in settings.items() if name in own})
+
+
+def options_from_settings(api: str, settings: Mapping[str, Any]) -> ApiOptions | None:
+    """The options object for ``api`` from flat settings (each a name of ``SETTINGS_OF_APIS``).
+
+    ``auto``: the first API of ``AUTO_ORDER`` that can express every setting given (None when
+    none is given: the cluster decides); when none can, the refusal of the first.
+    """
+    if api in OPTIONS_OF_API:
+        return _build(api, settings)
+    if not any(_given(name, value) for name, value in settings.items()):
+        return None
+    refusals = []
+    for candidate in AUTO_ORDER:
+        refusal = _lacking(candidate, settings)
+        if refusal is None:
+            return _build(candidate, settings)  # its own check of the values may still refuse
+        refusals.append(refusal)
+    first = refusals[0]
+    raise SpecError(
+        f"{first} (api=auto becomes a TrainJob or a PyTorchJob, and neither can express what "
+        "is set: choose the API that can)",
+        field=first.field,
+    )
+
+
+def bind(options: ApiOptions | None, api: str) -> ApiOptions:
+    """``options`` for ``api``: as they are, or moved to it (the values both APIs have are kept;
+    one it lacks, if set, is refused naming the setting and what ``api`` offers instead)."""
+    if isinstance(options, OPTIONS_OF_API[api]):
+        return options
+    settings = dataclasses.asdict(options) if options is not None else {}
+    return _build(api, settings)
