@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 import click
+import yaml
 
 from components.launcher.api_options import PyTorchJobOptions, TFJobOptions, TrainJobOptions
 from components.launcher.cli_flags import _pairs, dataclass_options, flag_of, values_to_fields
@@ -112,11 +113,22 @@ def render(**params: Any) -> None:
     help="Kubernetes: delete the finished job.",
 )
 @click.option("--path-map", multiple=True, help="MOUNT=LOCAL_DIR for the local backend.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what the backend would start, as YAML, and start nothing: the cluster objects "
+    "(kubernetes), or each node's command and environment contract (local).",
+)
 def run(
-    backend: str, timeout_s: float | None, cleanup: str, path_map: tuple[str, ...], **params: Any
+    backend: str,
+    timeout_s: float | None,
+    cleanup: str,
+    path_map: tuple[str, ...],
+    dry_run: bool,
+    **params: Any,
 ) -> None:
     """Run the job on a backend; exit 0 on success, 1 on failure, 143 when cancelled."""
-    from components.launcher.launcher import run_job  # (see render)
+    from components.launcher.launcher import backend_for, run_job  # (see render)
 
     spec = build_spec(params)
     options: LocalOptions | KubernetesOptions
@@ -124,6 +136,15 @@ def run(
         options = LocalOptions(timeout_s=timeout_s, path_map=_pairs("--path-map", path_map))
     else:
         options = KubernetesOptions(timeout_s=timeout_s, cleanup=cleanup)
+    if dry_run:
+        try:
+            planned = backend_for(options).dry_run(spec)
+        except SpecError as exc:
+            raise click.UsageError(with_flag(str(exc))) from exc
+        note = f"# {planned.backend} backend, {planned.api} contract: nothing started"
+        click.echo(note, err=True)
+        click.echo(yaml.safe_dump_all(planned.documents, sort_keys=False), nl=False)
+        return
     try:
         result = run_job(spec, backend=backend, options=options)
     except JobCancelled as exc:

@@ -1,7 +1,12 @@
-"""``run_job(spec, backend=..., options=...)``: the one entry point to run a TrainSpec."""
+"""``run_job(spec, backend=..., options=...)``: the one entry point to run a TrainSpec.
+
+It picks the backend (``backends.base.Backend``: dry run, submit, follow, cancel) its options are
+for, logs the spec's warnings, then submits and follows the job.
+"""
 
 from __future__ import annotations
 
+from components.launcher.backends.base import Backend, run_on
 from components.launcher.options import (
     BACKENDS,
     BackendOptions,
@@ -33,14 +38,17 @@ def run_job(
     log = options.log or print
     for warning in spec.warnings():
         log(f"[launcher] warning: {warning}")
+    return run_on(backend_for(options), spec, handle_sigterm=options.handle_sigterm)
+
+
+def backend_for(options: BackendOptions) -> Backend:
+    """The backend its options are for."""
     if isinstance(options, LocalOptions):
-        # Each backend is imported when it runs: the local one needs no Kubernetes client (~1 s),
+        # Each backend is imported when asked: the local one needs no Kubernetes client (~1 s),
         # the kubernetes one none of the local process machinery.
-        from components.launcher.backends.local import run_local
+        from components.launcher.backends.local import LocalBackend
 
-        return run_local(spec, options)
-    from components.launcher.backends.kubernetes import run_kubernetes  # (see run_local)
+        return LocalBackend(options)
+    from components.launcher.backends.kubernetes import KubernetesBackend  # (see LocalBackend)
 
-    assert isinstance(options, KubernetesOptions)  # checked above against the backend
-
-    return run_kubernetes(spec, options)
+    return KubernetesBackend(options)

@@ -51,8 +51,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from components.launcher.backends.common import ReplicaLogs, sigterm_event
+from components.launcher.backends.base import DryRun, run_on
+from components.launcher.backends.common import ReplicaLogs
 from components.launcher.backends.tf_config import tf_config_env, tf_tasks
 from components.launcher.names import label_safe
 from components.launcher.options import LocalOptions
@@ -75,6 +77,8 @@ TAIL_SHOWN = 20
 DEFAULT_BACKOFF_LIMIT = 6  # Kubernetes' own default (a Job's backoffLimit) when none is set.
 PYTORCHJOB_BACKOFF_LIMIT = 3  # the v1 builders' default (PyTorchJob, TFJob)
 NODES_DIR_ENV = "KFP_DDP_LOCAL_NODES_DIR"
+DRY_RUN_PORT = 29500
+"""The first port a dry run shows (torch's default master port); a run takes free ones."""
 """The default of LocalOptions.nodes_dir (``kfp-ddp run-local`` points it into its workspace)."""
 NODE_TAG_ENV = "KFP_DDP_LOCAL_NODE"
 """Set in every node's environment (and so in everything it starts): finds its processes."""
@@ -391,7 +395,7 @@ class LocalRun:
             self.logs.line(name, raw.decode("utf-8", errors="replace"))
         proc.stdout.close()
 
-    def _stop_group(self, replicas: list[_Replica], sig: int = signal.SIGTERM) -> None:
+    def stop_group(self, replicas: list[_Replica], sig: int = signal.SIGTERM) -> None:
         """Stop every node: SIGTERM (a chance to checkpoint), SIGKILL after the grace period.
 
         A node whose main process already died is a dead pod: whatever it left running (torchrun
@@ -450,12 +454,12 @@ class LocalRun:
         while True:
             if cancelled.is_set():
                 self.logs.note("SIGTERM: forwarding to every replica, then stopping")
-                self._stop_group(replicas)
+                self.stop_group(replicas)
                 reason = "cancelled by SIGTERM"
                 result = self._result("Cancelled", run.start, run.restarts, reason)
                 raise JobCancelled(f"local job {self.spec.name}: {reason}", result)
             if run.deadline is not None and time.monotonic() > run.deadline:
-                self._stop_group(replicas)
+                self.stop_group(replicas)
                 reason = f"ran past {run.deadline_knob} s; replicas stopped"
                 result = self._result("Timeout", run.start, run.restarts, reason)
                 raise JobTimeout(f"local job {self.spec.name} {reason}", result)
@@ -486,7 +490,7 @@ class LocalRun:
                 f"{replicas[0].name} succeeded, so the job did; stopping "
                 f"{', '.join(r.name for r in running)} (cleanPodPolicy Running)"
             )
-            self._stop_group(running)
+            self.stop_group(running)
 
     def _give_up(self, failure: _Exit, run: _RunClock) -> JobFailed:
         rule = self.restart
@@ -521,41 +525,90 @@ class LocalRun:
             self._result("Failed", time.monotonic(), 0, reason),
         )
 
-    def run(self) -> JobResult:
+    def start(self) -> LocalJob:
+        """Start the first group of nodes (none when an earlier attempt failed for good)."""
         start = time.monotonic()
         deadline, knob = self._deadline(start)
-        run = _RunClock(start=start, deadline=deadline, deadline_knob=knob)
+        clock = _RunClock(start=start, deadline=deadline, deadline_knob=knob)
         earlier = self._earlier_failure()
         if earlier is not None:
             raise earlier
         self.logs.note(f"local {self.api} contract, {self.spec.workers} node(s)")
-        with sigterm_event(self.options.handle_sigterm) as cancelled:
-            while True:
-                replicas = self._start_group(run.restarts)
-                try:
-                    failure = self._wait_group(replicas, run, cancelled)
-                except BaseException:
-                    # Ctrl-C or any error here: the nodes run in their own sessions (as pods
-                    # would), so nothing else stops them. Never leave them behind.
-                    self._stop_group(replicas)
-                    raise
-                if failure is None:
-                    return self._result("Succeeded", start, run.restarts)
-                self.on_event(
-                    "exited", {"replica": failure.replica.name, "exit_code": failure.code}
-                )
-                self._stop_group(replicas)
-                if not self.restart.retryable(failure.code) or run.restarts >= self.restart.limit:
-                    raise self._give_up(failure, run)
-                run.restarts += 1
-                self.logs.note(
-                    f"{failure.replica.name} exited with code {failure.code}; restarting the "
-                    f"group (restart {run.restarts} of {self.restart.limit}, restart policy "
-                    f"{self.restart.policy})"
-                )
-                self.on_event(
-                    "restarting", {"replica": failure.replica.name, "restarts": run.restarts}
-                )
+        return LocalJob(self, clock, self._start_group(clock.restarts))
+
+    def follow(self, job: LocalJob, cancelled: threading.Event) -> JobResult:
+        """Wait for the nodes; restart the group as the API's restart policy says."""
+        clock = job.clock
+        while True:
+            try:
+                failure = self._wait_group(job.replicas, clock, cancelled)
+            except BaseException:
+                # Ctrl-C or any error here: the nodes run in their own sessions (as pods
+                # would), so nothing else stops them. Never leave them behind.
+                self.stop_group(job.replicas)
+                raise
+            if failure is None:
+                return self._result("Succeeded", clock.start, clock.restarts)
+            self.on_event("exited", {"replica": failure.replica.name, "exit_code": failure.code})
+            self.stop_group(job.replicas)
+            if not self.restart.retryable(failure.code) or clock.restarts >= self.restart.limit:
+                raise self._give_up(failure, clock)
+            clock.restarts += 1
+            self.logs.note(
+                f"{failure.replica.name} exited with code {failure.code}; restarting the "
+                f"group (restart {clock.restarts} of {self.restart.limit}, restart policy "
+                f"{self.restart.policy})"
+            )
+            self.on_event(
+                "restarting", {"replica": failure.replica.name, "restarts": clock.restarts}
+            )
+            job.replicas = self._start_group(clock.restarts)
+
+    def dry_run(self) -> DryRun:
+        """Each node's replica name, command and environment contract (the ports are examples:
+        free ones are taken when the nodes start; paths are those of ``path_map``)."""
+        names = replica_names(self.spec)
+        ports = [DRY_RUN_PORT + index for index in range(len(names))]
+        documents = [
+            {
+                "replica": name,
+                "command": self.command(),
+                "env": self.spec.merged_env() | self._contract(rank, ports),
+            }
+            for rank, name in enumerate(names)
+        ]
+        return DryRun("local", self.api, documents)
+
+
+@dataclass
+class LocalJob:
+    """A started local job: its run, its clock and the group of nodes now running."""
+
+    run: LocalRun
+    clock: _RunClock
+    replicas: list[_Replica]
+
+
+class LocalBackend:
+    """The local backend (``Backend``): the nodes as processes of this machine."""
+
+    name: ClassVar[str] = "local"
+
+    def __init__(self, options: LocalOptions | None = None):
+        self.options = options or LocalOptions()
+
+    def dry_run(self, spec: TrainSpec) -> DryRun:
+        return LocalRun(spec, self.options).dry_run()
+
+    def submit(self, spec: TrainSpec) -> LocalJob:
+        return LocalRun(spec, self.options).start()
+
+    def follow(self, job: LocalJob, cancelled: threading.Event) -> JobResult:
+        return job.run.follow(job, cancelled)
+
+    def cancel(self, job: LocalJob, reason: str) -> None:
+        job.run.logs.note(f"cancelling: {reason}")
+        job.run.stop_group(job.replicas)
 
 
 @dataclass
@@ -577,5 +630,6 @@ class _RunClock:
 
 
 def run_local(spec: TrainSpec, options: LocalOptions | None = None) -> JobResult:
-    """Run ``spec`` as local processes."""
-    return LocalRun(spec, options).run()
+    """Run ``spec`` as local processes (SIGTERM: forwarded to the nodes, ``JobCancelled``)."""
+    backend = LocalBackend(options)
+    return run_on(backend, spec, handle_sigterm=backend.options.handle_sigterm)

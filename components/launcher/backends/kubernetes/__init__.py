@@ -10,10 +10,10 @@ from components.launcher.backends.kubernetes.permissions import (
     granted_permissions,
     required_permissions,
 )
-from components.launcher.backends.kubernetes.run import KubernetesRun, run_kubernetes
+from components.launcher.backends.kubernetes.run import KubernetesBackend, run_kubernetes
 
 __all__ = [
-    "KubernetesRun",
+    "KubernetesBackend",
     "delete_run_jobs",
     "granted_permissions",
     "required_permissions",

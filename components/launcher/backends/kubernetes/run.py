@@ -1,4 +1,4 @@
-"""One submit-and-follow of a spec on a cluster: ``KubernetesRun(spec, options).run()``.
+"""The cluster backend: ``KubernetesBackend(options)`` submits a spec and follows the job.
 
 discovery (which API; ``auto`` picks TrainJob when Kubeflow Trainer v2 is served) → pre-flight →
 create (HTTP 409 from the same run → re-attach) → follow: every node's log, the job's conditions
@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
-from components.launcher.apis import JobPhase, job_api
-from components.launcher.backends.common import ReplicaLogs, sigterm_event
+from components.launcher.apis import JobPhase, build_manifest, job_api
+from components.launcher.backends.base import DryRun, run_on
+from components.launcher.backends.common import ReplicaLogs
 from components.launcher.backends.kubernetes.clients import Clients
 from components.launcher.backends.kubernetes.diagnosis import Diagnosis
 from components.launcher.backends.kubernetes.discovery import ApiChoice, choose_api
@@ -26,6 +27,7 @@ from components.launcher.backends.kubernetes.preflight import preflight
 from components.launcher.backends.kubernetes.submit import JobHandle
 from components.launcher.backends.kubernetes.watchdog import Watchdog
 from components.launcher.backends.kubernetes.watching import ResumableWatch
+from components.launcher.monitoring_documents import monitoring_documents
 from components.launcher.options import KubernetesOptions
 from components.launcher.progress import ProgressLog
 from components.launcher.result import (
@@ -38,53 +40,77 @@ from components.launcher.result import (
 from components.launcher.spec import TrainSpec
 
 
-class KubernetesRun:
-    """One submit-and-follow of a spec; ``run()`` returns a JobResult or raises."""
+class KubernetesBackend:
+    """The cluster backend (``Backend``): create the job's object, follow its pods, clean up."""
 
-    def __init__(self, spec: TrainSpec, options: KubernetesOptions | None = None):
+    name: ClassVar[str] = "kubernetes"
+
+    def __init__(self, options: KubernetesOptions | None = None):
         self.options = options or KubernetesOptions()
-        self.logs = ReplicaLogs(self.options.log)
-        self.clients = Clients.connect(self.options)
-        self.requested = spec
-        self.output_dir = self.options.output_dir or spec.trainer_flag("--output-dir")
-        self.watchdog_reports: list[str] = []
 
-    def choose(self) -> ApiChoice:
-        """The API to submit with (without pre-flight, a concrete API is taken as it is)."""
-        if not self.options.preflight and self.requested.api != "auto":
-            return ApiChoice(job_api(self.requested.api), "pre-flight off")
-        return choose_api(self.clients, self.requested.api)
+    def dry_run(self, spec: TrainSpec) -> DryRun:
+        """The job's manifest and its monitoring objects (``auto``: a TrainJob's)."""
+        manifest = build_manifest(spec)
+        api = spec.api if spec.api != "auto" else "trainjob"
+        return DryRun("kubernetes", api, [manifest, *monitoring_documents(spec)])
 
-    def run(self) -> JobResult:
-        choice = self.choose()
-        self.logs.note(f"submitting a {choice.api.kind}: {choice.why}")
-        spec = self.requested.for_api(choice.api.name)  # refuses what that API cannot express
+    def submit(self, spec: TrainSpec) -> KubernetesJob:
+        """Choose the API, pre-flight, create the job (a retried step re-attaches to its own)."""
+        clients = Clients.connect(self.options)
+        choice = choose(clients, spec, self.options)
+        logs = ReplicaLogs(self.options.log)
+        logs.note(f"submitting a {choice.api.kind}: {choice.why}")
+        bound = spec.for_api(choice.api.name)  # refuses an option that API lacks
         if self.options.preflight:
-            preflight(self.clients, spec, choice.api, self.logs.note)
-        follow = _Follow(self, spec, choice)
-        return follow.run()
+            preflight(clients, bound, choice.api, logs.note)
+        job = KubernetesJob(clients, self.options, logs, bound, choice, requested=spec)
+        job.submit()
+        return job
+
+    def follow(self, job: KubernetesJob, cancelled: threading.Event) -> JobResult:
+        return job.follow(cancelled)
+
+    def cancel(self, job: KubernetesJob, reason: str) -> None:
+        job.job.delete(reason)
 
 
-class _Follow:
-    """The wait loop of one submitted job."""
+def choose(clients: Clients, spec: TrainSpec, options: KubernetesOptions) -> ApiChoice:
+    """The API to submit with (without pre-flight, a concrete API is taken as it is)."""
+    if not options.preflight and spec.api != "auto":
+        return ApiChoice(job_api(spec.api), "pre-flight off")
+    return choose_api(clients, spec.api)
 
-    def __init__(self, run: KubernetesRun, spec: TrainSpec, choice: ApiChoice):
-        options = run.options
-        self.run_ = run
+
+class KubernetesJob:
+    """One submitted job and its wait loop."""
+
+    def __init__(
+        self,
+        clients: Clients,
+        options: KubernetesOptions,
+        logs: ReplicaLogs,
+        spec: TrainSpec,
+        choice: ApiChoice,
+        *,
+        requested: TrainSpec,
+    ):
+        self.clients = clients
         self.options = options
         self.spec = spec
         self.api = choice.api
-        self.logs: ReplicaLogs = run.logs
-        self.job = JobHandle(run.clients, self.api, spec, run.logs.note)
+        self.logs = logs
+        self.output_dir = options.output_dir or requested.trainer_flag("--output-dir")
+        self.watchdog_reports: list[str] = []
+        self.job = JobHandle(clients, self.api, spec, logs.note)
         self.follower = PodFollower(
-            clients=run.clients,
+            clients=clients,
             api=self.api,
             namespace=spec.namespace,
             job_name=spec.name,
-            logs=run.logs,
+            logs=logs,
             poll_interval_s=options.poll_interval_s,
         )
-        self.diagnosis = Diagnosis(run.clients, self.api, spec.namespace, options.tail_lines)
+        self.diagnosis = Diagnosis(clients, self.api, spec.namespace, options.tail_lines)
         self.suspended = False
         self.watchdog = Watchdog(
             pending_timeout_s=options.pending_timeout_s,
@@ -95,12 +121,12 @@ class _Follow:
         self.start = time.monotonic()
         self.reattached = False
         self.phase = JobPhase(None)
-        self.progress = ProgressLog(run.logs.note)
+        self.progress = ProgressLog(logs.note)
         self.job_watch = ResumableWatch(
-            run.clients.custom.list_namespaced_custom_object,
+            clients.custom.list_namespaced_custom_object,
             (self.api.group, self.api.version, spec.namespace, self.api.plural),
             {"field_selector": f"metadata.name={spec.name}"},
-            run.logs.note,
+            logs.note,
             "job",
         )
 
@@ -116,34 +142,41 @@ class _Follow:
             duration_s=round(time.monotonic() - self.start, 3),
             restarts=max(self.follower.restarts(), self.phase.restarts),
             log_tail=self.logs.tail(),
-            summary=read_summary(self.run_.output_dir),
+            summary=read_summary(self.output_dir),
             reason=reason,
             reattached=self.reattached,
-            watchdog=list(self.run_.watchdog_reports),
+            watchdog=list(self.watchdog_reports),
             trainer_status=self.progress.status,
         )
 
     # -- the loop ------------------------------------------------------------------------------
 
-    def run(self) -> JobResult:
-        with sigterm_event(self.options.handle_sigterm) as cancelled:
-            try:
-                self.reattached = self.job.create()
-                if self.reattached:
-                    self._previous_attempt()
-                create_monitors(
-                    self.run_.clients, self.spec, self.api, self.job.created, self.logs.note
-                )
-                self.follower.start()
-                return self._loop(cancelled)
-            except KeyboardInterrupt:
-                self.job.delete("cancelled (SIGTERM)")
-                raise JobCancelled(
-                    f"{self.job.title} cancelled: deleted the job",
-                    self._result("Cancelled", "SIGTERM"),
-                ) from None
-            finally:
-                self.follower.stop.set()
+    def submit(self) -> None:
+        """Create the job, or re-attach to an earlier attempt's (failing now if it failed for
+        good), and its monitoring objects."""
+        try:
+            self.reattached = self.job.create()
+            if self.reattached:
+                self._previous_attempt()
+            create_monitors(self.clients, self.spec, self.api, self.job.created, self.logs.note)
+        except KeyboardInterrupt:
+            raise self._cancelled() from None
+
+    def follow(self, cancelled: threading.Event) -> JobResult:
+        """Follow the pods and the job's conditions to the end (``cancelled``: delete it)."""
+        try:
+            self.follower.start()
+            return self._loop(cancelled)
+        except KeyboardInterrupt:
+            raise self._cancelled() from None
+        finally:
+            self.follower.stop.set()
+
+    def _cancelled(self) -> JobCancelled:
+        self.job.delete("cancelled (SIGTERM)")
+        return JobCancelled(
+            f"{self.job.title} cancelled: deleted the job", self._result("Cancelled", "SIGTERM")
+        )
 
     def _previous_attempt(self) -> None:
         """A retried step found the job of an earlier attempt. Failed for good (recorded, or a
@@ -195,7 +228,7 @@ class _Follow:
         message = self.watchdog.check(self.follower, self.start)
         if not message:
             return
-        self.run_.watchdog_reports.append(message)
+        self.watchdog_reports.append(message)
         self.logs.note(f"watchdog: {message}")
         if self.options.watchdog_fails:
             self.job.delete("watchdog")
@@ -301,5 +334,6 @@ class _Follow:
 
 
 def run_kubernetes(spec: TrainSpec, options: KubernetesOptions | None = None) -> JobResult:
-    """Submit ``spec`` to the cluster and follow it."""
-    return KubernetesRun(spec, options).run()
+    """Submit ``spec`` to the cluster and follow it (SIGTERM: delete it, ``JobCancelled``)."""
+    backend = KubernetesBackend(options)
+    return run_on(backend, spec, handle_sigterm=backend.options.handle_sigterm)
