@@ -15,10 +15,16 @@ Data sets (nothing downloaded):
 
 Recipes: the pipeline's defaults with ``--augment crop-flip`` (0.2.0), ``crop`` (no mirror) and
 ``auto`` (the mirror probe decides, ``trainer.mirror_probe``); on digits also a warm start
-(``--init-from`` the defaults' model, 3 epochs) at two learning rates, the fine-tuning recipe.
+(``--init-from`` the defaults' model, 3 epochs) at two learning rates.
 
-    python benchmarks/recipes.py                 # all, ~10 minutes on 2 cores
+``transfer`` is fine-tuning, with a new head: a model trained on the digits 0-4 (all their
+training images) starts runs on the digits 5-9 with 20 training images per class, at two
+learning rates, with and without training the head alone first (``--head-epochs``) or a warm-up,
+against the same runs from random weights; the mean of three seeds.
+
+    python benchmarks/recipes.py                 # all, ~15 minutes on 2 cores
     python benchmarks/recipes.py --data digits --epochs 4
+    python benchmarks/recipes.py --data transfer
 """
 
 from __future__ import annotations
@@ -93,9 +99,73 @@ def run(recipe: Recipe, data: Path, out: Path, base: list[str], models: dict[str
     return summary["val_accuracy"], seconds, summary
 
 
+def write_transfer_data(root: Path) -> tuple[Path, Path]:
+    """The digits 0-4 (every image) and the digits 5-9 (20 training images per class, every
+    validation image), as two ImageFolders."""
+    import shutil
+
+    digits = write_data("digits", root)
+    source, target = root / "digits-0-4", root / "digits-5-9"
+    for split in ("train", "val"):
+        for folder in sorted((digits / split).iterdir()):
+            low = folder.name in {"0", "1", "2", "3", "4"}
+            files = sorted(folder.iterdir())
+            if not low and split == "train":
+                files = files[:20]
+            place = (source if low else target) / split / folder.name
+            place.mkdir(parents=True)
+            for file in files:
+                shutil.copy2(file, place / file.name)
+    return source, target
+
+
+TRANSFER_RECIPES = [
+    Recipe("random weights, lr 0.1", ["--lr", "0.1"]),
+    Recipe("from 0-4, lr 0.1", ["--lr", "0.1"], init_from="source"),
+    Recipe("from 0-4, lr 0.1, head 1 epoch", ["--lr", "0.1", "--head-epochs", "1"], "source"),
+    Recipe("from 0-4, lr 0.1, warm-up 6 steps", ["--lr", "0.1", "--warmup-steps", "6"], "source"),
+    Recipe("from 0-4, lr 0.4", ["--lr", "0.4"], init_from="source"),
+    Recipe("from 0-4, lr 0.01", ["--lr", "0.01"], init_from="source"),
+    Recipe("from 0-4, lr 0.01, head 1 epoch", ["--lr", "0.01", "--head-epochs", "1"], "source"),
+    Recipe("from 0-4, lr 0.01, head 2 epochs", ["--lr", "0.01", "--head-epochs", "2"], "source"),
+]
+"""Fine-tuning recipes on the digits 5-9 (the first: the baseline, no starting weights)."""
+
+
+def transfer(tmp: Path, model: str, epochs: int) -> None:
+    """The fine-tuning recipes, each the mean of three seeds, against random weights."""
+    source, target = write_transfer_data(tmp / "data")
+    base = ["--model", model, "--image-size", "32", "--batch-size", "16", "--augment", "crop"]
+    models: dict[str, Path] = {}
+    pretrain = Recipe("source", ["--epochs", "10", "--batch-size", "64"])
+    accuracy, seconds, _ = run(pretrain, source, tmp / "source", base, models)
+    print(
+        f"\ntransfer: {model} trained on the digits 0-4: accuracy {accuracy:.3f} ({seconds:.0f} s)"
+    )
+    print(f"  then the digits 5-9, 20 training images per class, {epochs} epochs, batch 16")
+    header = ("recipe", "accuracy", "(min-max)", "× base", "seconds")
+    print("  {:34s} {:>8s} {:>13s} {:>7s} {:>8s}".format(*header))
+    baseline = None
+    for k, recipe in enumerate(TRANSFER_RECIPES):
+        found = []
+        for seed in (0, 1, 2):
+            out = tmp / "transfer" / f"{k}-{seed}"
+            flags = [*base, "--epochs", str(epochs), "--seed", str(seed)]
+            found.append(run(recipe, target, out, flags, dict(models))[:2])
+        accuracies = [a for a, _ in found]
+        mean = sum(accuracies) / len(accuracies)
+        seconds = sum(s for _, s in found) / len(found)
+        baseline = baseline or mean
+        spread = f"({min(accuracies):.3f}-{max(accuracies):.3f})"
+        print(
+            f"  {recipe.name:34s} {mean:8.3f} {spread:>13s} {mean / baseline:7.3f} {seconds:8.1f}",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", nargs="*", default=["digits", "bands", "photos"])
+    parser.add_argument("--data", nargs="*", default=["digits", "bands", "photos", "transfer"])
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--model", default="resnet18")
     args = parser.parse_args()
@@ -114,6 +184,9 @@ def main() -> None:
     ]
     with tempfile.TemporaryDirectory(prefix="kfp-ddp-recipes-") as tmp:
         for name in args.data:
+            if name == "transfer":
+                transfer(Path(tmp) / "transfer-runs", args.model, args.epochs)
+                continue
             data = write_data(name, Path(tmp) / "data")
             models: dict[str, Path] = {}
             print(f"\n{name}: {args.model}, 32 px, {args.epochs} epochs, batch 64, one process")

@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -20,7 +22,7 @@ from trainer.data import IMAGENET_MEAN, IMAGENET_STD, SyntheticImages
 from trainer.distributed import DistEnv, any_rank
 from trainer.errors import ConfigError, DataError
 from trainer.folder_data import build_folder_data
-from trainer.models import build_model
+from trainer.models import build_model, head_parameter_names
 from trainer.run_log import RunLog
 
 
@@ -188,9 +190,15 @@ def build_parts(
     memory_format = torch.channels_last if cfg.channels_last else torch.preserve_format
     model = build_model(cfg.model, num_classes).to(device, memory_format=memory_format)  # type: ignore[call-overload]  # Module.to takes memory_format; its stubs omit it
     _check_input_size(model, cfg, device)
-    optimizer = _build_optimizer(cfg, model, plan.global_batch, device)
+    head = head_parameter_names(cfg.model, num_classes) if head_only_steps(cfg, plan) else None
+    optimizer = _build_optimizer(cfg, model, plan.global_batch, device, head=head)
+    schedule = warmup_cosine(plan.warmup_steps, plan.total_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, warmup_cosine(plan.warmup_steps, plan.total_steps)
+        optimizer,
+        [
+            schedule if group.get("head", True) else after(head_only_steps(cfg, plan), schedule)
+            for group in optimizer.param_groups
+        ],
     )
     return TrainingParts(
         model=model,
@@ -220,18 +228,44 @@ def _check_input_size(model: torch.nn.Module, cfg: TrainConfig, device: torch.de
         model.train()
 
 
+def head_only_steps(cfg: TrainConfig, plan: RunPlan) -> int:
+    """The steps at the start of the run that train the classifier head alone (--head-epochs,
+    with starting weights: a random model has nothing to keep)."""
+    if not cfg.init_from:
+        return 0
+    return min(cfg.head_epochs * plan.steps_per_epoch, plan.total_steps)
+
+
+def after(start: int, schedule: Callable[[int], float]) -> Callable[[int], float]:
+    """``schedule`` from step ``start`` on, 0 before it (a learning rate of 0: no update)."""
+    return functools.partial(_after, start, schedule)
+
+
+def _after(start: int, schedule: Callable[[int], float], step: int) -> float:
+    return schedule(step) if step >= start else 0.0
+
+
 def _build_optimizer(
-    cfg: TrainConfig, model: torch.nn.Module, global_batch: int, device: torch.device
+    cfg: TrainConfig,
+    model: torch.nn.Module,
+    global_batch: int,
+    device: torch.device,
+    *,
+    head: set[str] | None = None,
 ) -> torch.optim.Optimizer:
+    """Two parameter groups (weights with decay, biases and norms without); with ``head`` (the
+    classifier head's names) four: the head's two first, then the rest's, tagged head=False."""
     lr = cfg.base_lr * global_batch / 256
-    decay: list[torch.nn.Parameter] = []
-    no_decay: list[torch.nn.Parameter] = []
-    for param in model.parameters():
+    parts: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
+    for name, param in model.named_parameters():
         # Biases and normalisation scales are 1-D; weight decay on them only hurts.
-        (no_decay if param.ndim <= 1 else decay).append(param)
+        in_head = head is None or name in head
+        parts.setdefault((in_head, param.ndim > 1), []).append(param)
     groups: list[dict[str, Any]] = [
-        {"params": decay, "weight_decay": cfg.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {"params": parts.get((in_head, decays), []), "weight_decay": wd}
+        | ({} if head is None else {"head": in_head})
+        for in_head in ((True,) if head is None else (True, False))
+        for decays, wd in ((True, cfg.weight_decay), (False, 0.0))
     ]
     # Fused kernels on CUDA: one launch for all parameters instead of one per tensor.
     fused = device.type == "cuda"

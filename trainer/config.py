@@ -80,6 +80,10 @@ class TrainConfig:
     """SGD momentum."""
     weight_decay: float | None = None
     """Weight decay on weights (not biases/norms) (default: sgd 5e-5, adamw 0.05)."""
+    head_epochs: int = 0
+    """With --init-from: train only the classifier head for the first N epochs (the rest of
+    the model keeps its starting weights, the head learns from them), then the whole model; 0:
+    the whole model from the first step."""
     warmup_steps: int | None = None
     """Linear LR warm-up steps before the cosine decay (default: when the LR is scaled up, i.e. a
     global batch over 256, 5 epochs' worth, at most 2000 steps and a tenth of the run; else 0);
@@ -261,6 +265,7 @@ TRAJECTORY_SETTINGS = (
     "momentum",
     "weight_decay",
     "warmup_steps",
+    "head_epochs",
     "label_smoothing",
     "grad_clip_norm",
     "grad_compression",
@@ -286,7 +291,7 @@ def _check_counts(cfg: TrainConfig) -> None:
         _at_least(cfg, name, 1)
     _at_least(cfg, "synthetic_size", 1)
     _at_least(cfg, "num_classes", 2)
-    for name in ("checkpoint_every_steps", "seed"):
+    for name in ("checkpoint_every_steps", "seed", "head_epochs"):
         _at_least(cfg, name, 0)
     if cfg.warmup_steps is not None:
         _at_least(cfg, "warmup_steps", 0)

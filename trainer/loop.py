@@ -33,6 +33,7 @@ from trainer.build import (
     TrainingParts,
     build_data,
     build_parts,
+    head_only_steps,
     wrap_model,
 )
 from trainer.checkpointer import Checkpointer
@@ -178,6 +179,11 @@ class Trainer:
         loads its checkpoint over them), a new head for another number of classes."""
         cfg = self.cfg
         if not cfg.init_from:
+            if cfg.head_epochs:
+                self.log.line(
+                    f"no starting weights: --head-epochs {cfg.head_epochs} has nothing to keep; "
+                    "the whole model trains from the first step"
+                )
             return
         from trainer.init_weights import fetch, load_into  # S3 and torchvision's weights API
 
@@ -202,6 +208,12 @@ class Trainer:
         self.starting_weights = weights.record()
         head = f"; {change.line()}" if change else ""
         self.log.line(f"weights from {weights.uri} (sha256 {weights.sha256[:16]}){head}")
+        alone = head_only_steps(cfg, self.plan)
+        if alone:
+            self.log.line(
+                f"head only: the first {alone} steps ({cfg.head_epochs} epoch(s)) train the "
+                "classifier head alone, then the whole model"
+            )
 
     def resume(self) -> None:
         """Continue from the newest complete checkpoint (local or in S3), if there is one."""

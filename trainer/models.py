@@ -20,6 +20,15 @@ def classification_models() -> tuple[str, ...]:
     return tuple(sorted(tv.models.list_models(module=tv.models)))
 
 
+def head_parameter_names(arch: str, num_classes: int) -> set[str]:
+    """The names of the classifier head's parameters: those whose shape follows the number of
+    classes (the model built twice on the meta device, with one class more; nothing allocated)."""
+    with torch.device("meta"):
+        params = dict(build_model(arch, num_classes).named_parameters())
+        more = dict(build_model(arch, num_classes + 1).named_parameters())
+    return {name for name, param in params.items() if param.shape != more[name].shape}
+
+
 def build_model(arch: str, num_classes: int) -> torch.nn.Module:
     """A randomly initialised torchvision classification model ``arch`` with ``num_classes``."""
     if arch not in classification_models():

@@ -192,3 +192,53 @@ def test_the_trainer_alone_also_starts_from_a_model_folder_on_its_disk(tmp_path,
     assert record["uri"] == f"{first / 'model'}/weights.pt"
     with pytest.raises(StartingWeightsError, match="no such file or folder here"):
         fetch(str(tmp_path / "nowhere"), ARCH)
+
+
+@pytest.mark.parametrize(
+    ("arch", "head"),
+    [
+        ("resnet18", {"fc.weight", "fc.bias"}),
+        ("mobilenet_v3_small", {"classifier.3.weight", "classifier.3.bias"}),
+        ("squeezenet1_0", {"classifier.1.weight", "classifier.1.bias"}),  # a 1x1 conv head
+        ("vit_b_16", {"heads.head.weight", "heads.head.bias"}),
+    ],
+)
+def test_the_head_is_the_parameters_that_follow_the_class_count(arch, head):
+    from trainer.models import head_parameter_names
+
+    assert head_parameter_names(arch, 7) == head
+
+
+def _parameters(folder: Path) -> dict[str, torch.Tensor]:
+    """The trainable tensors of a saved model (BatchNorm's running statistics left out)."""
+    state = torch.load(folder / "model" / "weights.pt", weights_only=True)
+    names = {name for name, _ in build_model(ARCH, 3).named_parameters()}
+    return {k: v for k, v in state.items() if k in names}
+
+
+@pytest.mark.parametrize("head_epochs", [0, 1])
+def test_head_epochs_train_the_new_head_alone_from_the_starting_weights(
+    tmp_path, capsys, head_epochs
+):
+    first = _train(tmp_path, "first")
+    classes = ("circle", "square", "stripe")
+    flags = ["--init-from", str(first / "model"), "--head-epochs", str(head_epochs)]
+    capsys.readouterr()
+    second = _train(tmp_path, "second", *flags, classes=classes)
+    said = capsys.readouterr()
+    start, end = _parameters(first), _parameters(second)
+    head = {"classifier.3.weight", "classifier.3.bias"}
+    kept = [k for k in start if k not in head and torch.equal(start[k], end[k])]
+    if head_epochs:  # the one epoch trained the head alone: every other tensor is as it was
+        assert "head only: the first 6 steps (1 epoch(s))" in said.out + said.err  # 24 images / 4
+        assert len(kept) == len(start) - len(head)
+    else:  # the whole model trained
+        assert "head only" not in said.out + said.err
+        assert len(kept) < (len(start) - len(head)) / 2
+    assert end["classifier.3.weight"].shape[0] == 3
+
+
+def test_head_epochs_without_starting_weights_say_they_have_nothing_to_keep(tmp_path, capsys):
+    _train(tmp_path, "plain", "--head-epochs", "2")
+    said = capsys.readouterr()
+    assert "no starting weights: --head-epochs 2 has nothing to keep" in said.out + said.err
