@@ -19,15 +19,17 @@ import datetime
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from trainer.errors import ConfigError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,28 @@ def agree(flags: Sequence[bool], group) -> list[bool]:
     value = torch.tensor([1 if flag else 0 for flag in flags], dtype=torch.int32)
     dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group)
     return [bool(v) for v in value.tolist()]
+
+
+def from_rank_0(read: Callable[[], T], env: DistEnv, group) -> T:
+    """``read()`` run by rank 0 alone, its result on every rank (one broadcast over ``group``).
+
+    A ``ConfigError`` it raises stops every rank: rank 0 raises it, the others a ConfigError with
+    its message. A collective: every rank must call it at the same point.
+    """
+    payload: list[Any] = [None, None]
+    failure: ConfigError | None = None
+    if env.rank == 0:
+        try:
+            payload[0] = read()
+        except ConfigError as err:
+            failure, payload[1] = err, str(err)
+    if group is not None:
+        dist.broadcast_object_list(payload, src=0, group=group)
+    if failure is not None:
+        raise failure
+    if payload[1] is not None:
+        raise ConfigError(f"{payload[1]} (read by rank 0 for every rank)")
+    return payload[0]
 
 
 def any_rank(flag: bool, group) -> bool:

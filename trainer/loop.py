@@ -39,7 +39,13 @@ from trainer.build import (
 from trainer.checkpointer import Checkpointer
 from trainer.config import TrainConfig
 from trainer.data import derive_seed
-from trainer.distributed import DistEnv, StopRequest, agree, set_collective_timeout
+from trainer.distributed import (
+    DistEnv,
+    StopRequest,
+    agree,
+    from_rank_0,
+    set_collective_timeout,
+)
 from trainer.durability import CheckpointDurability
 from trainer.errors import EXIT_OK, EXIT_SIGTERM, ConfigError
 from trainer.export import save_model
@@ -187,24 +193,25 @@ class Trainer:
             return
         from trainer.init_weights import fetch, load_into  # S3 and torchvision's weights API
 
+        # Rank 0 alone reads them (one download or S3 read per job, not one per process) and
+        # hands them to every rank; if it cannot, every rank stops with its reason.
+        weights = from_rank_0(lambda: fetch(cfg.init_from, cfg.model), self.env, self.group)
+        assert weights is not None
         failure: ConfigError | None = None
-        weights, change = None, None
+        change = None
         try:
-            weights = fetch(cfg.init_from, cfg.model)
-            assert weights is not None
             change = load_into(
                 self.parts.model, weights, arch=cfg.model, num_classes=len(self.inputs.class_names)
             )
         except ConfigError as err:
             failure = err
-        # Every rank stops if one could not read them (a lost S3 read on one node must not
-        # leave the others waiting in DDP's first collective until it times out).
+        # Every rank stops if one could not load them (none should, with the same weights: but
+        # none must be left waiting in DDP's first collective until it times out).
         if agree([failure is not None], self.group)[0]:
             raise failure or ConfigError(
-                f"--init-from {cfg.init_from!r}: another rank could not read these weights; see "
+                f"--init-from {cfg.init_from!r}: another rank could not load these weights; see "
                 "its log"
             )
-        assert weights is not None
         self.starting_weights = weights.record()
         head = f"; {change.line()}" if change else ""
         self.log.line(f"weights from {weights.uri} (sha256 {weights.sha256[:16]}){head}")

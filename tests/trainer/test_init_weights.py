@@ -242,3 +242,33 @@ def test_head_epochs_without_starting_weights_say_they_have_nothing_to_keep(tmp_
     _train(tmp_path, "plain", "--head-epochs", "2")
     said = capsys.readouterr()
     assert "no starting weights: --head-epochs 2 has nothing to keep" in said.out + said.err
+
+
+def _two_ranks(tmp_path: Path, init_from: list[str], name: str):
+    """Two trainer processes as a v1 operator starts them, each with its own --init-from."""
+    from tests.trainer.trainer_launch import run_operator_style
+
+    data = write_image_folder(tmp_path / "data-2", classes=("circle", "square"), per_class=8)
+    base = ["--data-dir", str(data), *TINY, "--epochs", "1", "--batch-size", "2"]
+    rank_args = [
+        [*base, "--output-dir", str(tmp_path / name / f"rank{r}"), "--init-from", value]
+        for r, value in enumerate(init_from)
+    ]
+    return run_operator_style(rank_args, log_dir=tmp_path / f"{name}-logs")
+
+
+def test_rank_0_alone_reads_the_starting_weights_for_every_rank(tmp_path):
+    first = _train(tmp_path, "first")
+    # Rank 1 is told a folder that does not exist: it never reads it, it gets rank 0's weights.
+    codes, log = _two_ranks(tmp_path, [str(first / "model"), str(tmp_path / "nowhere")], "both")
+    assert codes == [0, 0], log
+    assert log.count(f"weights from {first / 'model'}/weights.pt") == 1, log  # rank 0 logs
+    summary = json.loads((tmp_path / "both" / "rank0" / "summary.json").read_text())
+    assert summary["starting_weights"]["uri"] == f"{first / 'model'}/weights.pt"
+
+
+def test_every_rank_stops_when_rank_0_cannot_read_the_starting_weights(tmp_path):
+    first = _train(tmp_path, "first")
+    codes, log = _two_ranks(tmp_path, [str(tmp_path / "nowhere"), str(first / "model")], "none")
+    assert codes == [EXIT_CONFIG, EXIT_CONFIG], log
+    assert "read by rank 0 for every rank" in log and "no such file or folder here" in log, log
