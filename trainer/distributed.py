@@ -64,7 +64,8 @@ def _int_env(environ: Mapping[str, str], name: str) -> int | None:
 
 
 def dist_env_from(environ: Mapping[str, str] = os.environ) -> DistEnv:
-    """Read the distributed identity from torchrun's or the Training Operator's variables."""
+    """Read the distributed identity from torchrun's, the Training Operator's or OpenMPI's
+    (``mpirun``) variables."""
     rank, world = _int_env(environ, "RANK"), _int_env(environ, "WORLD_SIZE")
     local_rank = _int_env(environ, "LOCAL_RANK")
     nproc_text = environ.get("PET_NPROC_PER_NODE", "")
@@ -82,6 +83,8 @@ def dist_env_from(environ: Mapping[str, str] = os.environ) -> DistEnv:
             or (nproc if local_rank is not None else None)
             or 1
         )
+    elif environ.get("OMPI_COMM_WORLD_SIZE"):
+        return _mpi_env(environ)
     elif environ.get("PET_NNODES") and environ.get("PET_NODE_RANK"):
         if (nproc or 1) > 1:
             raise ConfigError(
@@ -221,6 +224,60 @@ def agree(flags: Sequence[bool], group) -> list[bool]:
     value = torch.tensor([1 if flag else 0 for flag in flags], dtype=torch.int32)
     dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group)
     return [bool(v) for v in value.tolist()]
+
+
+MPI_PORT = 29500
+"""The port rank 0 opens for the others under mpirun without MASTER_PORT (torch's default)."""
+HOSTFILE_ENV = "OMPI_MCA_orte_default_hostfile"
+"""Where OpenMPI reads its hostfile from (Kubeflow Trainer's MPI runtimes set it)."""
+
+
+def _mpi_env(environ: Mapping[str, str]) -> DistEnv:
+    """Who this process is under OpenMPI's ``mpirun``: ``OMPI_COMM_WORLD_*`` give the ranks; rank
+    0 (whose address the others meet at) runs on the hostfile's first host, as mpirun places
+    ranks by slot: MASTER_ADDR, else that host, else this machine when every rank runs here."""
+    rank = _int_env(environ, "OMPI_COMM_WORLD_RANK")
+    world = _int_env(environ, "OMPI_COMM_WORLD_SIZE")
+    local_rank = _int_env(environ, "OMPI_COMM_WORLD_LOCAL_RANK") or 0
+    local_world = _int_env(environ, "OMPI_COMM_WORLD_LOCAL_SIZE") or 1
+    if rank is None or world is None or world < 1 or not 0 <= rank < world:
+        raise ConfigError(
+            f"OMPI_COMM_WORLD_RANK={rank} / OMPI_COMM_WORLD_SIZE={world}: not the environment "
+            "mpirun gives its processes; start the trainer with mpirun"
+        )
+    addr = environ.get("MASTER_ADDR") or _first_host(environ.get(HOSTFILE_ENV))
+    if addr is None and local_world == world:
+        addr = "127.0.0.1"
+    if addr is None and world > 1:
+        raise ConfigError(
+            f"mpirun started {world} ranks on several machines, but rank 0's address is unknown: "
+            f"set MASTER_ADDR (mpirun -x MASTER_ADDR=<first host>) or run with a hostfile "
+            f"({HOSTFILE_ENV})"
+        )
+    return DistEnv(
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world,
+        local_world_size=local_world,
+        master_addr=addr,
+        master_port=_int_env(environ, "MASTER_PORT") or MPI_PORT,
+        launcher="mpirun",
+    )
+
+
+def _first_host(hostfile: str | None) -> str | None:
+    """The first host an OpenMPI hostfile names (``host slots=N`` lines, ``#`` comments)."""
+    if not hostfile:
+        return None
+    try:
+        lines = Path(hostfile).read_text().splitlines()
+    except OSError as err:
+        raise ConfigError(f"{HOSTFILE_ENV}={hostfile}: cannot read it ({err})") from None
+    for line in lines:
+        words = line.split("#", 1)[0].split()
+        if words:
+            return words[0]
+    raise ConfigError(f"{HOSTFILE_ENV}={hostfile} names no host")
 
 
 def from_rank_0(read: Callable[[], T], env: DistEnv, group) -> T:

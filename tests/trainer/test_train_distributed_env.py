@@ -1,4 +1,4 @@
-"""Distributed identity from torchrun's, the Training Operator's, or no environment."""
+"""Distributed identity from torchrun's, the Training Operator's, OpenMPI's or no environment."""
 
 from __future__ import annotations
 
@@ -42,10 +42,49 @@ def test_only_pet_variables():
     assert (env.rank, env.world_size, env.master_addr, env.master_port) == (1, 2, "m", 9)
 
 
+def _ompi(rank: int, world: int, local_rank: int, local_world: int) -> dict[str, str]:
+    return {
+        "OMPI_COMM_WORLD_RANK": str(rank),
+        "OMPI_COMM_WORLD_SIZE": str(world),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(local_rank),
+        "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_world),
+    }
+
+
+def test_mpirun_on_one_machine_meets_here():
+    env = dist_env_from(_ompi(1, 2, 1, 2))
+    assert (env.rank, env.local_rank, env.world_size, env.local_world_size) == (1, 1, 2, 2)
+    assert (env.master_addr, env.master_port, env.launcher) == ("127.0.0.1", 29500, "mpirun")
+
+
+def test_mpirun_across_machines_meets_at_the_hostfiles_first_host(tmp_path):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(
+        "# written by the Trainer\n\njob-launcher-0-0.job slots=2\njob-node-0-0.job slots=2\n"
+    )
+    environ = _ompi(3, 4, 1, 2) | {"OMPI_MCA_orte_default_hostfile": str(hostfile)}
+    env = dist_env_from(environ)
+    assert (env.rank, env.local_rank, env.world_size) == (3, 1, 4)
+    assert env.master_addr == "job-launcher-0-0.job"
+    # MASTER_ADDR and MASTER_PORT, when given (mpirun -x), win
+    given = dist_env_from(environ | MASTER)
+    assert (given.master_addr, given.master_port) == ("job-master-0", 23456)
+
+
+def test_mpirun_across_machines_without_an_address_says_how_to_give_one(tmp_path):
+    with pytest.raises(ConfigError, match="set MASTER_ADDR"):
+        dist_env_from(_ompi(0, 4, 0, 2))
+    empty = tmp_path / "empty"
+    empty.write_text("# nothing\n")
+    with pytest.raises(ConfigError, match="names no host"):
+        dist_env_from(_ompi(0, 4, 0, 2) | {"OMPI_MCA_orte_default_hostfile": str(empty)})
+
+
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
         (MASTER | {"RANK": "0", "WORLD_SIZE": "4", "PET_NPROC_PER_NODE": "2"}, "torchrun"),
+        (_ompi(2, 2, 0, 1), "start the trainer with mpirun"),
         ({"RANK": "0", "WORLD_SIZE": "2"}, "MASTER_ADDR/MASTER_PORT are not set"),
         (MASTER | {"RANK": "2", "WORLD_SIZE": "2"}, "0 <= RANK < WORLD_SIZE"),
         (MASTER | {"RANK": "zero", "WORLD_SIZE": "2"}, "RANK='zero' is not an integer"),
