@@ -266,18 +266,36 @@ def _mpi_env(environ: Mapping[str, str]) -> DistEnv:
 
 
 def _first_host(hostfile: str | None) -> str | None:
-    """The first host an OpenMPI hostfile names (``host slots=N`` lines, ``#`` comments)."""
-    if not hostfile:
-        return None
+    """The first host of an OpenMPI hostfile (None without one)."""
+    return read_hostfile(hostfile)[0][0] if hostfile else None
+
+
+def read_hostfile(path: str | None) -> list[tuple[str, int]]:
+    """``(host, slots)`` per line of an OpenMPI hostfile (``host slots=N``, ``#`` comments;
+    ``slots`` 1 when the line does not say)."""
+    if not path:
+        raise ConfigError(
+            f"{HOSTFILE_ENV} is not set: run this where the MPI runtime's hostfile is (the "
+            "launcher of a Kubeflow Trainer MPI runtime), or set it to a hostfile"
+        )
     try:
-        lines = Path(hostfile).read_text().splitlines()
+        lines = Path(path).read_text().splitlines()
     except OSError as err:
-        raise ConfigError(f"{HOSTFILE_ENV}={hostfile}: cannot read it ({err})") from None
+        raise ConfigError(f"{HOSTFILE_ENV}={path}: cannot read it ({err})") from None
+    hosts = []
     for line in lines:
         words = line.split("#", 1)[0].split()
-        if words:
-            return words[0]
-    raise ConfigError(f"{HOSTFILE_ENV}={hostfile} names no host")
+        if not words:
+            continue
+        slots = 1
+        for word in words[1:]:
+            key, _, value = word.partition("=")
+            if key == "slots" and value.isdigit():
+                slots = int(value)
+        hosts.append((words[0], slots))
+    if not hosts:
+        raise ConfigError(f"{HOSTFILE_ENV}={path} names no host")
+    return hosts
 
 
 def from_rank_0(read: Callable[[], T], env: DistEnv, group) -> T:

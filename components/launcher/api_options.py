@@ -43,6 +43,10 @@ _RESTARTS = (
 )
 _PS = "parameter servers are a TensorFlow concept: use api=tfjob for a TensorFlow program"
 _V2_RUNTIME = "runtimes are a Kubeflow Trainer v2 concept; use api=trainjob"
+_MPI = (
+    "MPI is a Kubeflow Trainer v2 runtime policy: use api=trainjob with an MPI runtime "
+    "(runtime_name=deepspeed-distributed, mlx-distributed, or your own with mlPolicy.mpi)"
+)
 _TF_RUNTIME = (
     "runtimes are a Kubeflow Trainer v2 concept, and Trainer v2 has no TensorFlow runtime; a TFJob "
     "runs on the Training Operator v1"
@@ -125,10 +129,24 @@ class TrainJobOptions:
     """TrainJob runtimeRef name (None: the ClusterTrainingRuntime torch-distributed)."""
     runtime_kind: str | None = None
     """TrainJob runtimeRef kind: ClusterTrainingRuntime or TrainingRuntime (None: the former)."""
+    mpi: bool | None = None
+    """The runtime runs the program under MPI (its mlPolicy.mpi: a launcher pod runs the command,
+    node pods run sshd). None: known from runtime_name (deepspeed-distributed and
+    mlx-distributed are; pre-flight reads any other runtime's policy and refuses a mismatch)."""
+
+    MPI_RUNTIMES: ClassVar[tuple[str, ...]] = ("deepspeed-distributed", "mlx-distributed")
+    """Kubeflow Trainer v2.3's own MPI runtimes."""
 
     def __post_init__(self) -> None:
         _name(self, "runtime_name", DNS1123_SUBDOMAIN, 253, "torch-distributed")
         _choice(self, "runtime_kind", RUNTIME_KINDS)
+        if self.mpi is not None and not isinstance(self.mpi, bool):
+            _fail(self, "mpi", "must be true, false or unset (known from runtime_name)")
+
+    @property
+    def is_mpi(self) -> bool:
+        """Whether the runtime is an MPI one (given, or known from its name)."""
+        return self.mpi if self.mpi is not None else self.runtime_name in self.MPI_RUNTIMES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,6 +207,7 @@ class PyTorchJobOptions(OperatorOptions):
     INSTEAD: ClassVar[dict[str, str]] = {
         "runtime_name": _V2_RUNTIME,
         "runtime_kind": _V2_RUNTIME,
+        "mpi": _MPI,
         "ps_replicas": _PS,
     }
 
@@ -241,6 +260,7 @@ class TFJobOptions(OperatorOptions):
     INSTEAD: ClassVar[dict[str, str]] = {
         "runtime_name": _TF_RUNTIME,
         "runtime_kind": _TF_RUNTIME,
+        "mpi": _MPI,
         "elastic_min_replicas": _TF_ELASTIC,
         "elastic_max_replicas": _TF_ELASTIC,
         "max_restarts": _TF_ELASTIC,

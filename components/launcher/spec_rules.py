@@ -419,6 +419,17 @@ def _check_api_support(spec: TrainSpec) -> None:
                 f"{reserved} are set by the Trainer controller (it rejects TrainJobs that "
                 "set PET_* names); leave them out",
             )
+    if spec.api == "trainjob" and spec.runtime.is_mpi and spec.command is None:
+        name = spec.runtime.runtime_name
+        raise SpecError(
+            f"TrainSpec.runtime_name={name!r} is invalid: it is an MPI runtime, whose node pods "
+            "run sshd in the runtime's own image and only its launcher pod runs this spec's "
+            "image and command, so our trainer would not be on the nodes: train with the "
+            "torch-distributed runtime (runtime_name unset), or give your program's command "
+            "(in an image with OpenMPI, run on the launcher; `python -m trainer.mpirun` starts "
+            "a program on every slot of the runtime's hostfile)",
+            field="runtime_name",
+        )
     if spec.api == "tfjob":
         _check_tensorflow_program(spec)
 

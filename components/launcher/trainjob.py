@@ -38,6 +38,9 @@ DEFAULT_RUNTIME = "torch-distributed"
 DEFAULT_RUNTIME_KIND = "ClusterTrainingRuntime"
 TRAINER_NODE = "node"
 """The runtime's replicated job (and container) that runs the trainer on every node."""
+MPI_LAUNCHER = "launcher"
+"""An MPI runtime's replicated job whose pod runs the TrainJob's image and command (mpirun);
+its container is named ``node`` too."""
 PATCH_MANAGER = "kfp-ddp.io/launcher"
 
 
@@ -107,17 +110,23 @@ def _runtime_patch(spec: TrainSpec) -> tm.TrainerV1alpha1RuntimePatch:
         ),
         spec=_pod_spec_patch(spec),
     )
-    node = tm.TrainerV1alpha1ReplicatedJobPatch(
-        name=TRAINER_NODE,
-        template=tm.TrainerV1alpha1JobTemplatePatch(
-            spec=tm.TrainerV1alpha1JobSpecPatch(template=pod)
-        ),
-    )
+    # An MPI runtime's launcher pod is patched like the nodes: the same pod security, scratch
+    # folders and volumes (else restricted Pod Security refuses it).
+    names = [TRAINER_NODE, MPI_LAUNCHER] if spec.runtime.is_mpi else [TRAINER_NODE]
+    jobs = [
+        tm.TrainerV1alpha1ReplicatedJobPatch(
+            name=name,
+            template=tm.TrainerV1alpha1JobTemplatePatch(
+                spec=tm.TrainerV1alpha1JobSpecPatch(template=pod)
+            ),
+        )
+        for name in names
+    ]
     return tm.TrainerV1alpha1RuntimePatch(
         manager=PATCH_MANAGER,
         trainingRuntimeSpec=tm.TrainerV1alpha1TrainingRuntimeSpecPatch(
             template=tm.TrainerV1alpha1JobSetTemplatePatch(
-                spec=tm.TrainerV1alpha1JobSetSpecPatch(replicatedJobs=[node])
+                spec=tm.TrainerV1alpha1JobSetSpecPatch(replicatedJobs=jobs)
             )
         ),
     )

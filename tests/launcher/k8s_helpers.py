@@ -89,11 +89,14 @@ def jobs(ns: Namespace, api: str) -> list[dict[str, Any]]:
 SERVICE_ACCOUNT = "pipeline-runner"
 
 
-def install_namespaced_runtime(ns: Namespace, name: str) -> None:
-    """A TrainingRuntime ``name`` in the namespace: the official torch-distributed one's spec."""
+def install_namespaced_runtime(
+    ns: Namespace, name: str, source: str = "torch_distributed_runtime.yaml"
+) -> None:
+    """A TrainingRuntime ``name`` in the namespace: the spec of an official one (``source``,
+    under the Trainer's reference folder; default torch-distributed)."""
     from tests.cluster.control_plane import TRAINER
 
-    runtime = yaml.safe_load((TRAINER / "torch_distributed_runtime.yaml").read_text())
+    runtime = yaml.safe_load((TRAINER / source).read_text())
     runtime |= {"kind": "TrainingRuntime", "metadata": {"name": name, "namespace": ns.name}}
     ns.cluster.plane.apply([runtime])
 

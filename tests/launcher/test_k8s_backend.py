@@ -421,6 +421,18 @@ def test_a_namespaced_runtime_that_exists_is_used(k8s):
     }
 
 
+def test_preflight_refuses_a_job_not_built_for_its_runtimes_mpi_policy(k8s):
+    install_namespaced_runtime(k8s, "my-mpi", "runtimes/deepspeed_distributed.yaml")
+    install_namespaced_runtime(k8s, "mine")
+    program = {"command": ["python", "-m", "trainer.mpirun", "/app/train.py"]}
+    namespaced = {"runtime_kind": "TrainingRuntime"}
+    with pytest.raises(PreflightError, match="'my-mpi' is an MPI runtime.*set mpi=true"):
+        run(k8s, spec(k8s, "trainjob", runtime_name="my-mpi", **namespaced, **program))
+    with pytest.raises(PreflightError, match="'mine' is not an MPI runtime"):
+        run(k8s, spec(k8s, "trainjob", runtime_name="mine", mpi=True, **namespaced, **program))
+    assert jobs(k8s, "trainjob") == []
+
+
 @pytest.mark.parametrize("api", ALL_APIS)
 def test_forbidden_fails_preflight_naming_the_missing_permissions(k8s, api):
     plural = job_api(api).plural

@@ -363,3 +363,21 @@ def test_rdma_gets_its_device_and_ipc_lock_only_when_asked_for(api):
     }
     assert limits["rdma/rdma_shared_device_a"] == "1" and limits["nvidia.com/gpu"] == "8"
     assert schema_errors(api, m) == []
+
+
+def test_an_mpi_runtime_gets_its_launcher_pod_patched_like_the_nodes():
+    """On an MPI runtime the TrainJob's image and command run in the launcher pod: it gets the
+    same pod security, scratch folders and volumes as the node pods (else restricted refuses it)."""
+    program = ["python", "-m", "trainer.mpirun", "/app/train.py"]
+    mpi = build_trainjob(
+        TrainSpec.flat(
+            name="j", api="trainjob", runtime_name="deepspeed-distributed", command=program
+        )
+    )
+    jobs = mpi["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    node, launcher = jobs["replicatedJobs"]
+    assert (node["name"], launcher["name"]) == ("node", "launcher")
+    assert node["template"] == launcher["template"]
+    torch = build_trainjob(TrainSpec(name="j", api="trainjob"))
+    jobs = torch["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    assert [job["name"] for job in jobs["replicatedJobs"]] == ["node"]

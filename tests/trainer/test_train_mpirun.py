@@ -53,3 +53,45 @@ def test_a_rank_that_fails_fails_the_mpi_job(tmp_path):
     done = _mpirun(2, [*args, "--batch-size", "64"], MASTER_PORT=str(free_port()))
     assert done.returncode != 0
     assert "--batch-size" in done.stdout + done.stderr
+
+
+def test_the_mpi_launcher_runs_the_trainer_on_every_slot_of_the_hostfile(tmp_path):
+    """``python -m trainer.mpirun``, as the launcher of a Trainer MPI runtime runs it: the slots
+    of the hostfile (here this machine's, 2), rank 0's address handed to every rank."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=2\n")
+    data = write_image_folder(tmp_path / "data", classes=("circle", "square"), per_class=8)
+    out = tmp_path / "out"
+    args = ["--data-dir", str(data), "--output-dir", str(out), *TINY, "--epochs", "1"]
+    env = base_env() | {
+        "OMPI_MCA_orte_default_hostfile": str(hostfile),
+        "MASTER_PORT": str(free_port()),
+        "S3_LIKE_SETTING": "forwarded",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer.mpirun", "-m", "trainer.train", *args, "--batch-size", "2"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "[mpirun] mpirun -np 2 " in said and "-x MASTER_ADDR=localhost" in said, said
+    assert "-x S3_LIKE_SETTING" in said and "-x HOSTNAME" not in said, said
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 2
+
+
+def test_the_mpi_launcher_without_a_hostfile_says_where_it_runs(tmp_path):
+    env = {k: v for k, v in base_env().items() if k != "OMPI_MCA_orte_default_hostfile"}
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer.mpirun", "-m", "trainer.train"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "OMPI_MCA_orte_default_hostfile is not set" in done.stderr

@@ -41,11 +41,11 @@ def check_runtime(clients: Clients, spec: TrainSpec, note: Callable[[str], None]
     name = spec.runtime.runtime_name or DEFAULT_RUNTIME
     try:
         if kind == "ClusterTrainingRuntime":
-            clients.custom.get_cluster_custom_object(
+            runtime = clients.custom.get_cluster_custom_object(
                 "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes", name
             )
         else:
-            clients.custom.get_namespaced_custom_object(
+            runtime = clients.custom.get_namespaced_custom_object(
                 "trainer.kubeflow.org", "v1alpha1", spec.namespace, "trainingruntimes", name
             )
     except ApiException as exc:
@@ -60,6 +60,24 @@ def check_runtime(clients: Clients, spec: TrainSpec, note: Callable[[str], None]
             note(f"may not read {kind} {name!r} (HTTP 403); not checked before submitting")
             return
         raise PreflightError(f"reading {kind} {name!r} failed: {exc}") from exc
+    check_policy(spec, kind, name, runtime)
+
+
+def check_policy(spec: TrainSpec, kind: str, name: str, runtime: dict) -> None:
+    """The runtime's policy is the one the job was built for (MPI or not)."""
+    mpi = "mpi" in ((runtime.get("spec") or {}).get("mlPolicy") or {})
+    if mpi == spec.runtime.is_mpi:
+        return
+    if mpi:
+        raise PreflightError(
+            f"the {kind} {name!r} is an MPI runtime (mlPolicy.mpi: a launcher pod runs the "
+            "command under mpirun, node pods run sshd): set mpi=true (api_options) so that the "
+            "launcher pod is built for it, with your program's command"
+        )
+    raise PreflightError(
+        f"the {kind} {name!r} is not an MPI runtime (no mlPolicy.mpi): leave mpi unset, or "
+        "choose an MPI runtime"
+    )
 
 
 def check_permissions(
