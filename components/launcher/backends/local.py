@@ -17,6 +17,11 @@ first interface):
   ``nproc_per_node == 1``, the default command runs ``python -m trainer.train`` directly per
   replica (one process, no torchrun agent: about a second less per replica, and the replica's
   exit code is the trainer's). Elastic jobs: Workers only, the elastic policy's variables.
+- **trainjob on an MPI runtime** (``deepspeed-distributed``, ``mlx-distributed``, ``mpi=True``):
+  one replica, ``launcher-0``, runs the command, as the runtime's launcher pod does, with the
+  runtime's ``OMPI_MCA_orte_default_hostfile`` (here ``localhost`` with ``workers`` x
+  ``nproc_per_node`` slots: mpirun starts every rank on this machine) and a free
+  ``MASTER_PORT``; the nodes' sshd is not needed here.
 - **tfjob** (Training Operator v1, a TensorFlow program): ``chief-0``, ``worker-0..``, ``ps-0..``,
   each with the operator's ``TF_CONFIG`` (``backends.tf_config``: the cluster on loopback, one
   port per replica, and the replica's task type and index) and nothing else. As the operator's
@@ -137,6 +142,8 @@ def replica_names(spec: TrainSpec) -> list[str]:
     if local_api(spec) == "tfjob":
         return [task.name for task in tf_tasks(spec)]
     if local_api(spec) == "trainjob":
+        if spec.runtime.is_mpi:
+            return ["launcher-0"]
         return [f"node-{i}" for i in range(spec.workers)]
     if not _with_master(spec):
         return [f"worker-{i}" for i in range(spec.workers)]
@@ -279,6 +286,17 @@ class LocalRun:
             return None
         return self.nodes_dir / "failed" / f"{label_safe(self.spec.run_id)}-{self.spec.name}.json"
 
+    @property
+    def mpi_hostfile(self) -> Path:
+        """An MPI runtime's hostfile here: this machine with every slot (written at start)."""
+        return self.nodes_dir / "mpi" / f"{self.spec.name}.hostfile"
+
+    def _write_mpi_hostfile(self) -> None:
+        slots = self.spec.workers * (self.spec.nproc_per_node or 1)
+        self.mpi_hostfile.parent.mkdir(parents=True, exist_ok=True)
+        line = f"localhost slots={slots}\n".encode()
+        write_atomic(self.mpi_hostfile, lambda out: out.write(line))
+
     def node_paths(self, replica: str) -> PathMapper:
         """The path map of one node: the shared ones, plus its own staging disk (and the
         machine's cache folder, ``stage_cache_host_path``, which all nodes share)."""
@@ -298,6 +316,12 @@ class LocalRun:
         if self.api == "tfjob":
             tasks = tf_tasks(spec)
             return tf_config_env(tasks, ports, tasks[rank])
+        if self.api == "trainjob" and spec.runtime.is_mpi:
+            return {
+                "OMPI_MCA_orte_default_hostfile": str(self.mpi_hostfile),
+                "OMPI_MCA_orte_set_default_slots": str(spec.nproc_per_node),
+                "MASTER_PORT": str(port),
+            }
         contract = {
             "PET_NNODES": str(spec.workers),
             "PET_NPROC_PER_NODE": str(spec.nproc_per_node),
@@ -534,6 +558,8 @@ class LocalRun:
         if earlier is not None:
             raise earlier
         self.logs.note(f"local {self.api} contract, {self.spec.workers} node(s)")
+        if self.api == "trainjob" and self.spec.runtime.is_mpi:
+            self._write_mpi_hostfile()
         return LocalJob(self, clock, self._start_group(clock.restarts))
 
     def follow(self, job: LocalJob, cancelled: threading.Event) -> JobResult:

@@ -1,0 +1,57 @@
+"""A TrainJob on an MPI runtime, run by the local backend as the runtime runs it: the launcher
+replica runs the command with the runtime's hostfile (this machine, every slot), and our trainer
+under ``python -m trainer.mpirun`` trains on every rank."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from components.launcher import LocalOptions, TrainSpec, run_job
+from components.launcher.backends.local import LocalBackend
+from tests.image_data import write_image_folder
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("mpirun") is None,
+    reason="no mpirun: Debian's openmpi-bin (.ci/run installs it when root)",
+)
+MPI_TRAINER = ["python", "-m", "trainer.mpirun", "-m", "trainer.train"]
+TINY = ["--model", "mobilenet_v3_small", "--image-size", "16", "--epochs", "1"]
+
+
+def _spec(tmp_path: Path, **kw) -> TrainSpec:
+    data = write_image_folder(tmp_path / "data", classes=("circle", "square"), per_class=8)
+    args = ["--data-dir", str(data), "--output-dir", str(tmp_path / "out"), *TINY]
+    base = {
+        "api": "trainjob",
+        "name": "mpi-local",
+        "workers": 2,
+        "runtime_name": "deepspeed-distributed",
+        "command": MPI_TRAINER,
+        "args": [*args, "--batch-size", "2"],
+        "env": {"OMP_NUM_THREADS": "1"},
+    }
+    return TrainSpec.flat(**(base | kw))
+
+
+def test_the_launcher_replica_runs_our_trainer_on_every_slot(tmp_path: Path):
+    lines: list[str] = []
+    options = LocalOptions(log=lines.append, workdir=tmp_path, handle_sigterm=False)
+    result = run_job(_spec(tmp_path), backend="local", options=options)
+    assert result.phase == "Succeeded", "\n".join(lines)
+    assert any(line.startswith("[launcher-0] [mpirun] mpirun -np 2 ") for line in lines), lines
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["world_size"] == 2
+
+
+def test_a_dry_run_shows_one_launcher_with_the_runtimes_hostfile(tmp_path: Path):
+    planned = LocalBackend(LocalOptions(workdir=tmp_path)).dry_run(_spec(tmp_path, workers=3))
+    (launcher,) = planned.documents
+    assert launcher["replica"] == "launcher-0"
+    hostfile = launcher["env"]["OMPI_MCA_orte_default_hostfile"]
+    assert hostfile.endswith("mpi-local.hostfile") and "MASTER_PORT" in launcher["env"]
+    assert launcher["command"][:4] == [sys.executable, "-m", "trainer.mpirun", "-m"]
