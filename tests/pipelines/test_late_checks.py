@@ -133,3 +133,16 @@ def test_no_baseline_and_paths_the_check_step_cannot_see(tmp_path: Path):
         check_arguments_step(**local)
     Path(path).write_text('{"accuracy": 0.5}')
     check_arguments_step(**local)
+
+
+@pytest.mark.parametrize(
+    ("api", "overrides", "says"),
+    [
+        ("trainjob", {"runtime_name": "deepspeed-distributed"}, "it is an MPI runtime"),
+        ("auto", {"runtime_name": "mlx-distributed"}, "it is an MPI runtime"),
+        ("pytorchjob", {"mpi": True}, "MPI is a Kubeflow Trainer v2 runtime policy"),
+    ],
+)
+def test_our_trainer_on_an_mpi_runtime_is_refused_in_the_first_step(api, overrides, says):
+    found = problems(arguments(api=api, overrides_json=json.dumps(overrides)))
+    assert len(found) == 1 and found[0].startswith("overrides_json=") and says in found[0]
