@@ -630,3 +630,28 @@ def test_auto_runs_locally_as_the_api_of_its_options():
     master = TrainSpec(name="j", workers=2, api_options=PyTorchJobOptions(pytorch_master=True))
     assert local_api(master) == "pytorchjob"
     assert replica_names(master) == ["master-0", "worker-0"]  # not the TrainJob's nodes
+
+
+def test_each_node_has_its_own_tmpdir_which_goes_with_it(script: Path, tmp_path: Path):
+    """A node's temporary files (torchrun's logs among them) go to a TMPDIR of its own, as to a
+    pod's /tmp emptyDir, and are gone after the run: nothing piles up in the machine's /tmp."""
+    ws = tmp_path / "ws"
+    result = local(
+        local_spec(script, "ok"),
+        path_map={"/workspace": str(ws)},
+        log=lambda line: None,
+        workdir=tmp_path,
+    )
+    assert result.phase == "Succeeded"
+    envs = [json.loads((ws / "out" / f"env-{r}.json").read_text()) for r in (0, 1)]
+    tmpdirs = [Path(env["TMPDIR"]) for env in envs]
+    assert tmpdirs == [tmp_path / "nodes" / name / "tmp" for name in ("master-0", "worker-0")]
+    assert not any(folder.exists() for folder in tmpdirs)
+    # env's own TMPDIR wins
+    local(
+        local_spec(script, "ok", env={"TMPDIR": "/workspace/scratch"}),
+        path_map={"/workspace": str(ws)},
+        log=lambda line: None,
+        workdir=tmp_path,
+    )
+    assert json.loads((ws / "out" / "env-0.json").read_text())["TMPDIR"] == f"{ws}/scratch"

@@ -29,7 +29,9 @@ first interface):
   then (parameter servers serve until stopped) are stopped as the operator's cleanPodPolicy
   Running deletes their pods.
 
-``torchrun``/``python`` at the head of a custom command become this interpreter.
+``torchrun``/``python`` at the head of a custom command become this interpreter. Each node gets a
+``TMPDIR`` of its own (``NODES_DIR/<replica>/tmp``, emptied when it stops, as a pod's ``/tmp``
+emptyDir), unless ``env`` sets one.
 
 Restarts: a node that exits non-zero stops the whole group (SIGTERM, then SIGKILL after
 ``grace_period_s``) and, if the failure is retryable and the restart budget is not used up, the
@@ -48,6 +50,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -393,7 +396,9 @@ class LocalRun:
             cmd = self.command(self.node_paths(name))
             proc = subprocess.Popen(
                 cmd,
-                env=self.replica_env(rank, ports) | {NODE_TAG_ENV: self._tag(name)},
+                env=self.replica_env(rank, ports)
+                | self._scratch(name)
+                | {NODE_TAG_ENV: self._tag(name)},
                 cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -442,6 +447,25 @@ class LocalRun:
             _kill_tagged(self._tag(r.name), signal.SIGKILL)
             r.proc.wait()
             r.reader.join(timeout=5)
+        self._remove_scratch(replicas)
+
+    def _scratch(self, replica: str) -> dict[str, str]:
+        """The node's own, fresh ``TMPDIR`` (a pod's ``/tmp`` emptyDir: torchrun's logs and
+        every temporary file go there and go with the node), unless ``env`` sets one."""
+        if "TMPDIR" in self.spec.env or "TMPDIR" in self.options.extra_env:
+            return {}
+        folder = self._tmp_of(replica)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        return {"TMPDIR": str(folder)}
+
+    def _tmp_of(self, replica: str) -> Path:
+        return self.nodes_dir / replica / "tmp"
+
+    def _remove_scratch(self, replicas: list[_Replica]) -> None:
+        """Empty the stopped nodes' ``TMPDIR`` folders, as their pods' emptyDirs go."""
+        for r in replicas:
+            shutil.rmtree(self._tmp_of(r.name), ignore_errors=True)
 
     def _tag(self, replica: str) -> str:
         return f"{self.run_tag}/{replica}"
@@ -574,6 +598,7 @@ class LocalRun:
                 self.stop_group(job.replicas)
                 raise
             if failure is None:
+                self._remove_scratch(job.replicas)
                 return self._result("Succeeded", clock.start, clock.restarts)
             self.on_event("exited", {"replica": failure.replica.name, "exit_code": failure.code})
             self.stop_group(job.replicas)
