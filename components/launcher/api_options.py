@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar
 
 from components.launcher.names import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from components.launcher.spec_rules import (
@@ -26,6 +26,8 @@ from components.launcher.spec_rules import (
     RESTART_POLICIES,
     RUNTIME_KINDS,
     SpecError,
+    check_int,
+    fail,
 )
 
 _GANG = (
@@ -58,33 +60,18 @@ _TF_ELASTIC = (
 )
 
 
-def _fail(options: Any, name: str, why: str) -> NoReturn:
-    raise SpecError(f"TrainSpec.{name}={getattr(options, name)!r} is invalid: {why}", field=name)
-
-
-def _int(options: Any, name: str, *, minimum: int, maximum: int = 2**31 - 1) -> None:
-    """An optional whole number within bounds (None: not set)."""
-    value = getattr(options, name)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        _fail(options, name, f"must be an integer >= {minimum}")
-    if not minimum <= value <= maximum:
-        _fail(options, name, f"must be between {minimum} and {maximum}")
-
-
 def _name(options: Any, name: str, pattern: Any, limit: int, example: str) -> None:
     value = getattr(options, name)
     if value is not None and (
         not isinstance(value, str) or len(value) > limit or not pattern.match(value)
     ):
-        _fail(options, name, f"must be a DNS-1123 name such as {example}")
+        fail(options, name, f"must be a DNS-1123 name such as {example}")
 
 
 def _choice(options: Any, name: str, allowed: tuple[str, ...]) -> None:
     value = getattr(options, name)
     if value is not None and value not in allowed:
-        _fail(options, name, f"allowed: {', '.join(allowed)}")
+        fail(options, name, f"allowed: {', '.join(allowed)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,7 +128,7 @@ class TrainJobOptions:
         _name(self, "runtime_name", DNS1123_SUBDOMAIN, 253, "torch-distributed")
         _choice(self, "runtime_kind", RUNTIME_KINDS)
         if self.mpi is not None and not isinstance(self.mpi, bool):
-            _fail(self, "mpi", "must be true, false or unset (known from runtime_name)")
+            fail(self, "mpi", "must be true, false or unset (known from runtime_name)")
 
     @property
     def is_mpi(self) -> bool:
@@ -185,13 +172,13 @@ class OperatorOptions:
         _name(self, "scheduler_name", DNS1123_SUBDOMAIN, 253, "volcano")
         _name(self, "priority_class", DNS1123_SUBDOMAIN, 253, "high-priority")
         _name(self, "queue", DNS1123_LABEL, 63, "team-a")
-        _int(self, "min_available", minimum=1)
-        _int(self, "backoff_limit", minimum=0)
-        _int(self, "ttl_seconds_after_finished", minimum=0)
+        check_int(self, "min_available", optional=True, minimum=1)
+        check_int(self, "backoff_limit", optional=True, minimum=0)
+        check_int(self, "ttl_seconds_after_finished", optional=True, minimum=0)
         _choice(self, "restart_policy", RESTART_POLICIES)
         _choice(self, "clean_pod_policy", CLEAN_POD_POLICIES)
         if not isinstance(self.host_network, bool):
-            _fail(self, "host_network", "must be true or false")
+            fail(self, "host_network", "must be true or false")
 
     @property
     def gang(self) -> bool:
@@ -229,22 +216,22 @@ class PyTorchJobOptions(OperatorOptions):
         if self.elastic:
             for name in ("elastic_min_replicas", "elastic_max_replicas"):
                 if getattr(self, name) is None:
-                    _fail(
+                    fail(
                         self,
                         "elastic_min_replicas",
                         "elastic training needs both elastic_min_replicas and elastic_max_replicas",
                     )
-                _int(self, name, minimum=1)
+                check_int(self, name, optional=True, minimum=1)
         elif self.max_restarts is not None:
-            _fail(
+            fail(
                 self,
                 "max_restarts",
                 "is torchrun's elastic --max-restarts; set elastic_min_replicas and "
                 "elastic_max_replicas too, or use backoff_limit for non-elastic jobs",
             )
-        _int(self, "max_restarts", minimum=0)
+        check_int(self, "max_restarts", optional=True, minimum=0)
         if not isinstance(self.pytorch_master, bool):
-            _fail(self, "pytorch_master", "must be true or false")
+            fail(self, "pytorch_master", "must be true or false")
 
     @property
     def elastic(self) -> bool:
@@ -273,8 +260,8 @@ class TFJobOptions(OperatorOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.ps_replicas is None or isinstance(self.ps_replicas, bool):
-            _fail(self, "ps_replicas", "must be an integer >= 0")
-        _int(self, "ps_replicas", minimum=0, maximum=10_000)
+            fail(self, "ps_replicas", "must be an integer >= 0")
+        check_int(self, "ps_replicas", optional=True, minimum=0, maximum=10_000)
 
 
 ApiOptions = TrainJobOptions | PyTorchJobOptions | TFJobOptions

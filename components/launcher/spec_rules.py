@@ -119,20 +119,21 @@ class SpecError(ValueError):
         self.field = field
 
 
-def _fail(spec: TrainSpec, name: str, why: str) -> NoReturn:
+def fail(spec: Any, name: str, why: str) -> NoReturn:
+    """Raise the SpecError of ``spec.<name>`` (a TrainSpec's field or an API option's)."""
     raise SpecError(f"TrainSpec.{name}={getattr(spec, name)!r} is invalid: {why}", field=name)
 
 
-def _int(
-    spec: TrainSpec, name: str, *, minimum: int, optional: bool = False, maximum: int = 2**31 - 1
+def check_int(
+    spec: Any, name: str, *, minimum: int, optional: bool = False, maximum: int = 2**31 - 1
 ):
     value = getattr(spec, name)
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int):
-        _fail(spec, name, f"must be an integer >= {minimum}")
+        fail(spec, name, f"must be an integer >= {minimum}")
     if not minimum <= value <= maximum:
-        _fail(spec, name, f"must be between {minimum} and {maximum}")
+        fail(spec, name, f"must be between {minimum} and {maximum}")
 
 
 def check(spec: TrainSpec) -> None:
@@ -140,7 +141,7 @@ def check(spec: TrainSpec) -> None:
     for name, allowed in SPEC_CHOICES.items():
         value = getattr(spec, name)
         if value is not None and value not in allowed:
-            _fail(spec, name, f"allowed: {', '.join(allowed)}")
+            fail(spec, name, f"allowed: {', '.join(allowed)}")
     _check_identity(spec)
     _check_sizes(spec)
     _check_env_and_metadata(spec)
@@ -150,14 +151,14 @@ def check(spec: TrainSpec) -> None:
     _check_policies(spec)
     _check_api_support(spec)
     for name, why in monitoring.spec_problems(spec):
-        _fail(spec, name, why)
+        fail(spec, name, why)
     for name, why in pod_extras.spec_problems(spec):
-        _fail(spec, name, why)
+        fail(spec, name, why)
 
 
 def _check_identity(spec: TrainSpec) -> None:
     if not isinstance(spec.name, str) or len(spec.name) > 63 or not DNS1035.match(spec.name):
-        _fail(
+        fail(
             spec,
             "name",
             "must be a DNS-1035 label: lower-case letters, digits and '-', starting with a "
@@ -165,16 +166,16 @@ def _check_identity(spec: TrainSpec) -> None:
         )
     _check_pod_names(spec)
     if len(spec.namespace) > 63 or not DNS1123_LABEL.match(spec.namespace):
-        _fail(spec, "namespace", "must be a DNS-1123 label such as kubeflow-user")
+        fail(spec, "namespace", "must be a DNS-1123 label such as kubeflow-user")
     problem = image_problem(spec.image)
     if problem:
-        _fail(spec, "image", f"must be a container image reference: {problem}")
+        fail(spec, "image", f"must be a container image reference: {problem}")
     if spec.command is not None and (
         not isinstance(spec.command, list)
         or not spec.command
         or not all(isinstance(c, str) and c for c in spec.command)
     ):
-        _fail(spec, "command", "must be None (the trainer) or a non-empty list of strings")
+        fail(spec, "command", "must be None (the trainer) or a non-empty list of strings")
 
 
 def _check_pod_names(spec: TrainSpec) -> None:
@@ -194,7 +195,7 @@ def _check_pod_names(spec: TrainSpec) -> None:
     else:  # a TrainJob's JobSet hostname <job>-node-<index>-0 (auto may become either)
         longest = max(f"{spec.name}-node-{last}-0", f"{spec.name}-worker-{last}", key=len)
     if len(longest) > 63:
-        _fail(
+        fail(
             spec,
             "name",
             f"too long for its pod hostnames ({longest!r} has {len(longest)} > 63 "
@@ -203,11 +204,11 @@ def _check_pod_names(spec: TrainSpec) -> None:
 
 
 def _check_sizes(spec: TrainSpec) -> None:
-    _int(spec, "workers", minimum=1, maximum=10_000)
-    _int(spec, "nproc_per_node", minimum=1, maximum=1024)
-    _int(spec, "gpus_per_worker", minimum=0, maximum=1024)
+    check_int(spec, "workers", minimum=1, maximum=10_000)
+    check_int(spec, "nproc_per_node", minimum=1, maximum=1024)
+    check_int(spec, "gpus_per_worker", minimum=0, maximum=1024)
     if spec.gpus_per_worker and (spec.nproc_per_node or 1) > spec.gpus_per_worker:
-        _fail(
+        fail(
             spec,
             "nproc_per_node",
             f"{spec.nproc_per_node} processes per node but only gpus_per_worker="
@@ -218,11 +219,11 @@ def _check_sizes(spec: TrainSpec) -> None:
         if value is not None and (
             "/" not in value or not DNS1123_SUBDOMAIN.match(value.split("/")[0])
         ):
-            _fail(spec, name, "must be an extended resource name like nvidia.com/gpu")
+            fail(spec, name, "must be an extended resource name like nvidia.com/gpu")
     if spec.rdma_resource and not spec.rdma:
-        _fail(spec, "rdma_resource", "is requested only with nccl_preset=infiniband")
+        fail(spec, "rdma_resource", "is requested only with nccl_preset=infiniband")
     if not ENV_NAME.match(spec.network_interface or "") or "/" in spec.network_interface:
-        _fail(spec, "network_interface", "must be an interface name such as eth0 or ens5")
+        fail(spec, "network_interface", "must be an interface name such as eth0 or ens5")
     _check_quantities(spec)
 
 
@@ -238,7 +239,7 @@ def _quantity(spec: TrainSpec, name: str):
     except ValueError:
         parsed = None
     if parsed is None or value.startswith("-"):
-        _fail(spec, name, "must be a Kubernetes quantity such as 500m, 4, 16Gi or 1.5")
+        fail(spec, name, "must be a Kubernetes quantity such as 500m, 4, 16Gi or 1.5")
     return parsed
 
 
@@ -247,9 +248,9 @@ def _check_quantities(spec: TrainSpec) -> None:
     sizes = {name: _quantity(spec, name) for name in names}
     for req, lim in (("cpu_request", "cpu_limit"), ("memory_request", "memory_limit")):
         if sizes[req] is not None and sizes[lim] is not None and sizes[req] > sizes[lim]:
-            _fail(spec, req, f"must not exceed {lim}={getattr(spec, lim)!r}")
+            fail(spec, req, f"must not exceed {lim}={getattr(spec, lim)!r}")
         if spec.qos == "guaranteed" and sizes[req] != sizes[lim]:
-            _fail(
+            fail(
                 spec,
                 lim,
                 f"qos=guaranteed needs limits equal to requests ({req}="
@@ -258,13 +259,13 @@ def _check_quantities(spec: TrainSpec) -> None:
     for name in ("ephemeral_storage", "checkpoint_space"):
         value = _quantity(spec, name)
         if value is not None and value <= 0:
-            _fail(spec, name, "must be a positive size such as 20Gi")
+            fail(spec, name, "must be a positive size such as 20Gi")
     shm = sizes["shm_size"]
     if shm is not None and shm <= 0:
-        _fail(spec, "shm_size", "must be positive, or None for the container runtime's 64Mi")
+        fail(spec, "shm_size", "must be positive, or None for the container runtime's 64Mi")
     for name in ("memory_request", "memory_limit"):
         if shm is not None and sizes[name] is not None and shm >= sizes[name]:
-            _fail(
+            fail(
                 spec,
                 "shm_size",
                 f"/dev/shm is memory and counts against the pod's memory ({name}="
@@ -275,24 +276,24 @@ def _check_quantities(spec: TrainSpec) -> None:
 def _check_env_and_metadata(spec: TrainSpec) -> None:
     for key in spec.env:
         if not ENV_NAME.match(key):
-            _fail(spec, "env", f"{key!r} is not a valid environment variable name")
+            fail(spec, "env", f"{key!r} is not a valid environment variable name")
     for attr in ("labels", "annotations", "node_selector"):
         for key, value in getattr(spec, attr).items():
             if not qualified_name_ok(key):
-                _fail(spec, attr, f"key {key!r} is not a valid label/annotation key")
+                fail(spec, attr, f"key {key!r} is not a valid label/annotation key")
             if attr != "annotations" and (len(value) > 63 or not LABEL_VALUE.match(value)):
-                _fail(spec, attr, f"value {value!r} of {key!r} is not a valid label value")
+                fail(spec, attr, f"value {value!r} of {key!r} is not a valid label value")
     for attr in ("run_id", "task_name"):
         if not isinstance(getattr(spec, attr), str):
-            _fail(spec, attr, "must be a string")
+            fail(spec, attr, "must be a string")
 
 
 def _check_pod_security(spec: TrainSpec) -> None:
     """User, capabilities and node access against the Pod Security level asked for."""
-    _int(spec, "run_as_user", minimum=0, optional=True)
-    _int(spec, "run_as_group", minimum=0, optional=True)
+    check_int(spec, "run_as_user", minimum=0, optional=True)
+    check_int(spec, "run_as_group", minimum=0, optional=True)
     if spec.pod_security == "restricted" and spec.run_as_user == 0:
-        _fail(
+        fail(
             spec,
             "run_as_user",
             "restricted Pod Security needs a non-root user: use the image's kfp-ddp user "
@@ -300,7 +301,7 @@ def _check_pod_security(spec: TrainSpec) -> None:
         )
     for capability in spec.capabilities:
         if capability not in CAPABILITIES:
-            _fail(spec, "capabilities", f"{capability!r}: only {', '.join(CAPABILITIES)}")
+            fail(spec, "capabilities", f"{capability!r}: only {', '.join(CAPABILITIES)}")
     privileged = spec.pod_security == "privileged"
     why = (
         "{what} is refused by the {level} Pod Security Standard (baseline refuses it too): set "
@@ -309,7 +310,7 @@ def _check_pod_security(spec: TrainSpec) -> None:
     )
     if spec.capabilities and not privileged:
         what = f"adding {', '.join(spec.capabilities)}"
-        _fail(spec, "capabilities", why.format(what=what, level=spec.pod_security))
+        fail(spec, "capabilities", why.format(what=what, level=spec.pod_security))
     if spec.operator.host_network is True and not privileged:
         raise SpecError(
             "TrainSpec.host_network=True is invalid: "
@@ -318,25 +319,25 @@ def _check_pod_security(spec: TrainSpec) -> None:
         )
     if spec.stage_cache_host_path is not None and not privileged:
         what = "a hostPath volume (the node's file system)"
-        _fail(spec, "stage_cache_host_path", why.format(what=what, level=spec.pod_security))
+        fail(spec, "stage_cache_host_path", why.format(what=what, level=spec.pod_security))
 
 
 def _check_staging(spec: TrainSpec) -> None:
     uri = spec.stage_data_uri
     problem = uri is not None and s3_uri_problem(uri, prefix_required=True)
     if problem:
-        _fail(spec, "stage_data_uri", f"must be an s3://bucket/prefix URI ({problem})")
+        fail(spec, "stage_data_uri", f"must be an s3://bucket/prefix URI ({problem})")
     host = spec.stage_cache_host_path
     if host is not None:
         problem = host_path_problem(host)
         if problem:
-            _fail(spec, "stage_cache_host_path", problem)
+            fail(spec, "stage_cache_host_path", problem)
     if host is not None and uri is None:
-        _fail(spec, "stage_cache_host_path", "caches staged data: set stage_data_uri too")
-    _int(spec, "stage_data_bytes", minimum=0, optional=True, maximum=2**63 - 1)
+        fail(spec, "stage_cache_host_path", "caches staged data: set stage_data_uri too")
+    check_int(spec, "stage_data_bytes", minimum=0, optional=True, maximum=2**63 - 1)
     digest = spec.stage_data_digest
     if digest is not None and (uri is None or not re.fullmatch(r"[0-9a-f]{8,64}", digest)):
-        _fail(
+        fail(
             spec,
             "stage_data_digest",
             "must be the hex listing digest of stage_data_uri (the pipeline's data step "
@@ -344,10 +345,10 @@ def _check_staging(spec: TrainSpec) -> None:
         )
     secret = spec.s3_credentials_secret
     if secret is not None and (len(secret) > 253 or not DNS1123_SUBDOMAIN.match(secret)):
-        _fail(spec, "s3_credentials_secret", "must be a Secret name such as s3-credentials")
+        fail(spec, "s3_credentials_secret", "must be a Secret name such as s3-credentials")
     endpoint = spec.s3_endpoint
     if endpoint is not None and not endpoint.startswith(("http://", "https://")):
-        _fail(spec, "s3_endpoint", "must be a URL such as https://minio.example.com")
+        fail(spec, "s3_endpoint", "must be a URL such as https://minio.example.com")
 
 
 def _check_volumes(spec: TrainSpec) -> None:
@@ -357,9 +358,9 @@ def _check_volumes(spec: TrainSpec) -> None:
         seen.add(STAGE_CACHE)
     for p in spec.pvcs:
         if len(p.claim) > 253 or not DNS1123_SUBDOMAIN.match(p.claim):
-            _fail(spec, "pvcs", f"claim {p.claim!r} is not a valid PVC name")
+            fail(spec, "pvcs", f"claim {p.claim!r} is not a valid PVC name")
         if not p.path.startswith("/") or p.path in seen or p.path == "/dev/shm":
-            _fail(
+            fail(
                 spec,
                 "pvcs",
                 f"mount path {p.path!r} must be absolute, unique, not /dev/shm and not "
@@ -367,20 +368,20 @@ def _check_volumes(spec: TrainSpec) -> None:
             )
         scratch = scratch_dir_at(p.path)
         if scratch:
-            _fail(spec, "pvcs", f"mount path {p.path!r}: {scratch_clash(scratch)}")
+            fail(spec, "pvcs", f"mount path {p.path!r}: {scratch_clash(scratch)}")
         seen.add(p.path)
 
 
 def _check_scheduling(spec: TrainSpec) -> None:
     value = spec.service_account
     if value is not None and (len(value) > 253 or not DNS1123_SUBDOMAIN.match(value)):
-        _fail(spec, "service_account", "must be a DNS-1123 name such as pipeline-runner")
+        fail(spec, "service_account", "must be a DNS-1123 name such as pipeline-runner")
     value = spec.kueue_queue
     if value is not None and (len(value) > 63 or not DNS1123_LABEL.match(value)):
-        _fail(spec, "kueue_queue", "must be a DNS-1123 label such as team-a")
+        fail(spec, "kueue_queue", "must be a DNS-1123 label such as team-a")
     for secret in spec.image_pull_secrets:
         if not DNS1123_SUBDOMAIN.match(secret):
-            _fail(spec, "image_pull_secrets", f"{secret!r} is not a valid Secret name")
+            fail(spec, "image_pull_secrets", f"{secret!r} is not a valid Secret name")
     gang = spec.operator.min_available
     if gang is not None and gang > spec.pod_count:
         raise SpecError(
@@ -391,7 +392,7 @@ def _check_scheduling(spec: TrainSpec) -> None:
     for i, toleration in enumerate(spec.tolerations):
         problem = _toleration_problem(toleration)
         if problem:
-            _fail(spec, "tolerations", f"item {i}: {problem}")
+            fail(spec, "tolerations", f"item {i}: {problem}")
 
 
 def _check_policies(spec: TrainSpec) -> None:
@@ -399,13 +400,13 @@ def _check_policies(spec: TrainSpec) -> None:
     if options is not None and options.elastic:
         lo, hi = options.elastic_min_replicas, options.elastic_max_replicas
         if lo is not None and hi is not None and not lo <= spec.workers <= hi:
-            _fail(
+            fail(
                 spec,
                 "workers",
                 f"must lie within elastic_min_replicas={lo} .. elastic_max_replicas={hi}",
             )
-    _int(spec, "active_deadline_seconds", minimum=1, optional=True, maximum=2**63 - 1)
-    _int(spec, "termination_grace_period_seconds", minimum=0, optional=True)
+    check_int(spec, "active_deadline_seconds", minimum=1, optional=True, maximum=2**63 - 1)
+    check_int(spec, "termination_grace_period_seconds", minimum=0, optional=True)
 
 
 def _check_api_support(spec: TrainSpec) -> None:
@@ -413,7 +414,7 @@ def _check_api_support(spec: TrainSpec) -> None:
     if spec.api == "trainjob":
         reserved = sorted(k for k in spec.env if k.startswith("PET_"))
         if reserved:
-            _fail(
+            fail(
                 spec,
                 "env",
                 f"{reserved} are set by the Trainer controller (it rejects TrainJobs that "
@@ -437,28 +438,28 @@ def _check_api_support(spec: TrainSpec) -> None:
 def _check_tensorflow_program(spec: TrainSpec) -> None:
     """A TFJob runs the user's TensorFlow program: their image and command, one per pod."""
     if spec.image == DEFAULT_IMAGE:
-        _fail(
+        fail(
             spec,
             "image",
             "api=tfjob runs your TensorFlow program, and this default image holds our PyTorch "
             "trainer without TensorFlow: set image to one with TensorFlow and your code",
         )
     if spec.command is None:
-        _fail(
+        fail(
             spec,
             "command",
             "api=tfjob needs your program's command, e.g. ['python', '/app/train.py'] (the "
             "default command runs our PyTorch trainer, which is no TensorFlow program)",
         )
     if spec.nproc_per_node != 1:
-        _fail(
+        fail(
             spec,
             "nproc_per_node",
             "a TFJob runs one TensorFlow process per pod (MultiWorkerMirroredStrategy uses "
             "every GPU of its pod): keep nproc_per_node=1 and set gpus_per_worker",
         )
     if "TF_CONFIG" in spec.env:
-        _fail(
+        fail(
             spec,
             "env",
             "TF_CONFIG is set by the Training Operator for each replica (cluster and task); "
