@@ -16,6 +16,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kfp_ddp.parent_death import die_with_this_process
+
 
 class StartupError(RuntimeError):
     """A component did not start: the message carries its log tail."""
@@ -67,7 +69,9 @@ class Component:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **self.env},
-                start_new_session=True,  # a Ctrl-C of the test run reaches us, not them
+                # A Ctrl-C of the test run reaches us, not them; a test run killed outright
+                # (a CI timeout, kill -9) takes them with it instead of leaving them running.
+                preexec_fn=die_with_this_process(new_session=True),
             )
         return self
 
