@@ -63,7 +63,7 @@ class RunSize:
         without them: ``workers`` or ``batch_size`` 0)."""
         if workers < 1 or batch_size < 1:
             return None
-        processes = processes_per_node(nproc_per_node, gpus_per_worker, "pytorchjob")
+        processes = processes_per_node(nproc_per_node, gpus_per_worker)
         return cls(
             train_images=train_images,
             world_size=workers * processes,

@@ -21,6 +21,7 @@ PROMETHEUS = REFERENCE / "prometheus-operator-v0.93"
 CRDS = {
     "pytorchjob": REFERENCE / "kubeflow.org_pytorchjobs.yaml",
     "tfjob": REFERENCE / "training-operator-v1.9" / "kubeflow.org_tfjobs.yaml",
+    "xgboostjob": REFERENCE / "training-operator-v1.9" / "kubeflow.org_xgboostjobs.yaml",
     "trainjob": REFERENCE / "trainer-v2.3.0" / "trainer.kubeflow.org_trainjobs.yaml",
     "clustertrainingruntime": REFERENCE
     / "trainer-v2.3.0"

@@ -2,9 +2,11 @@
 
 One spec, two Kubeflow APIs: a Kubeflow Trainer v2 ``TrainJob`` (``build_trainjob``) or a Training
 Operator v1 ``PyTorchJob`` (``build_pytorchjob``); ``api="auto"`` submits whichever the cluster
-serves. TensorFlow programs run as a Training Operator v1 ``TFJob`` (``build_tfjob``,
-``api="tfjob"``, always explicit). What only one API says is its options object
-(``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``) in ``TrainSpec.api_options``.
+serves. TensorFlow and XGBoost programs run as a Training Operator v1 ``TFJob`` or ``XGBoostJob``
+(``build_tfjob``, ``build_xgboostjob``; ``api="tfjob"``/``"xgboostjob"``, always explicit), or
+XGBoost as a TrainJob on Trainer's ``xgboost-distributed`` runtime. What only one API says is its
+options object (``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``,
+``XGBoostJobOptions``) in ``TrainSpec.api_options``.
 Backends: ``kubernetes`` (submit, follow, clean up) and ``local`` (processes with each API's env
 contract).
 
@@ -20,7 +22,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, for type checkers and editors
-    from components.launcher.api_options import PyTorchJobOptions, TFJobOptions, TrainJobOptions
+    from components.launcher.api_options import (
+        PyTorchJobOptions,
+        TFJobOptions,
+        TrainJobOptions,
+        XGBoostJobOptions,
+    )
     from components.launcher.apis import JOB_APIS, JobApi, build_manifest, job_api
     from components.launcher.launcher import run_job
     from components.launcher.options import BACKENDS, KubernetesOptions, LocalOptions, options_for
@@ -36,11 +43,13 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
     from components.launcher.spec import APIS, PvcMount, SpecError, TrainSpec
     from components.launcher.tfjob import build_tfjob
     from components.launcher.trainjob import build_trainjob
+    from components.launcher.xgboostjob import build_xgboostjob
 
 _HOME = {
     "PyTorchJobOptions": "components.launcher.api_options",
     "TFJobOptions": "components.launcher.api_options",
     "TrainJobOptions": "components.launcher.api_options",
+    "XGBoostJobOptions": "components.launcher.api_options",
     "JOB_APIS": "components.launcher.apis",
     "JobApi": "components.launcher.apis",
     "build_manifest": "components.launcher.apis",
@@ -64,6 +73,7 @@ _HOME = {
     "TrainSpec": "components.launcher.spec",
     "build_tfjob": "components.launcher.tfjob",
     "build_trainjob": "components.launcher.trainjob",
+    "build_xgboostjob": "components.launcher.xgboostjob",
 }
 """Where each public name lives. Loaded on first use (PEP 562): importing one module of the
 package (``components.launcher.spec``, say) must not import the cluster clients behind
@@ -97,11 +107,13 @@ __all__ = [
     "TFJobOptions",
     "TrainJobOptions",
     "TrainSpec",
+    "XGBoostJobOptions",
     "admission_errors",
     "build_manifest",
     "build_pytorchjob",
     "build_tfjob",
     "build_trainjob",
+    "build_xgboostjob",
     "job_api",
     "options_for",
     "run_job",

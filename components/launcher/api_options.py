@@ -1,4 +1,5 @@
-"""What only one cluster API can say: ``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``.
+"""What only one cluster API can say: ``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``,
+``XGBoostJobOptions``.
 
 A ``TrainSpec`` holds what every API runs (image, command, nodes, resources, volumes, security)
 and one of these objects in ``api_options``: the settings of its API alone. An option that an API
@@ -23,6 +24,7 @@ from typing import Any, ClassVar
 from components.launcher.names import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from components.launcher.spec_rules import (
     CLEAN_POD_POLICIES,
+    ML_POLICIES,
     RESTART_POLICIES,
     RUNTIME_KINDS,
     SpecError,
@@ -45,9 +47,14 @@ _RESTARTS = (
 )
 _PS = "parameter servers are a TensorFlow concept: use api=tfjob for a TensorFlow program"
 _V2_RUNTIME = "runtimes are a Kubeflow Trainer v2 concept; use api=trainjob"
-_MPI = (
-    "MPI is a Kubeflow Trainer v2 runtime policy: use api=trainjob with an MPI runtime "
-    "(runtime_name=deepspeed-distributed, mlx-distributed, or your own with mlPolicy.mpi)"
+_ML_POLICY = (
+    "an mlPolicy (MPI, XGBoost...) is a Kubeflow Trainer v2 runtime's: use api=trainjob with "
+    "such a runtime (runtime_name=deepspeed-distributed for MPI, xgboost-distributed for "
+    "XGBoost, or your own)"
+)
+_XGB_ELASTIC = (
+    "an XGBoostJob has a fixed number of workers (XGBoost's tracker waits for all of them): set "
+    "workers, and let a restarted job resume from its checkpoint (xgb.train(xgb_model=...))"
 )
 _TF_RUNTIME = (
     "runtimes are a Kubeflow Trainer v2 concept, and Trainer v2 has no TensorFlow runtime; a TFJob "
@@ -116,24 +123,45 @@ class TrainJobOptions:
     """TrainJob runtimeRef name (None: the ClusterTrainingRuntime torch-distributed)."""
     runtime_kind: str | None = None
     """TrainJob runtimeRef kind: ClusterTrainingRuntime or TrainingRuntime (None: the former)."""
-    mpi: bool | None = None
-    """The runtime runs the program under MPI (its mlPolicy.mpi: a launcher pod runs the command,
-    node pods run sshd). None: known from runtime_name (deepspeed-distributed and
-    mlx-distributed are; pre-flight reads any other runtime's policy and refuses a mismatch)."""
+    ml_policy: str | None = None
+    """The runtime's mlPolicy: ``torch`` (torchrun's PET_* env on every node), ``mpi`` (a launcher
+    pod runs the command under mpirun, node pods run sshd), ``xgboost`` (the DMLC_* env of
+    XGBoost's collective on every node), ``jax``, ``flux`` or ``none`` (numNodes only). None:
+    known from runtime_name for Kubeflow Trainer's own runtimes (``RUNTIME_POLICIES``); for any
+    other, pre-flight reads the runtime and refuses a job that does not suit it."""
 
-    MPI_RUNTIMES: ClassVar[tuple[str, ...]] = ("deepspeed-distributed", "mlx-distributed")
-    """Kubeflow Trainer v2.3's own MPI runtimes."""
+    RUNTIME_POLICIES: ClassVar[dict[str, str]] = {
+        "torch-distributed": "torch",
+        "deepspeed-distributed": "mpi",
+        "mlx-distributed": "mpi",
+        "xgboost-distributed": "xgboost",
+        "jax-distributed": "jax",
+    }
+    """Kubeflow Trainer v2.3's own ClusterTrainingRuntimes → their mlPolicy."""
 
     def __post_init__(self) -> None:
         _name(self, "runtime_name", DNS1123_SUBDOMAIN, 253, "torch-distributed")
         _choice(self, "runtime_kind", RUNTIME_KINDS)
-        if self.mpi is not None and not isinstance(self.mpi, bool):
-            fail(self, "mpi", "must be true, false or unset (known from runtime_name)")
+        _choice(self, "ml_policy", ML_POLICIES)
+
+    @property
+    def policy(self) -> str | None:
+        """The runtime's mlPolicy: given, or known from the runtime's name (None: unknown)."""
+        if self.ml_policy is not None:
+            return self.ml_policy
+        if self.runtime_kind in (None, "ClusterTrainingRuntime"):
+            return self.RUNTIME_POLICIES.get(self.runtime_name or "torch-distributed")
+        return None
 
     @property
     def is_mpi(self) -> bool:
-        """Whether the runtime is an MPI one (given, or known from its name)."""
-        return self.mpi if self.mpi is not None else self.runtime_name in self.MPI_RUNTIMES
+        """Whether the runtime is an MPI one (its launcher pod is patched like the nodes)."""
+        return self.policy == "mpi"
+
+    @property
+    def is_xgboost(self) -> bool:
+        """Whether the runtime gives every node XGBoost's DMLC_* env."""
+        return self.policy == "xgboost"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,7 +222,7 @@ class PyTorchJobOptions(OperatorOptions):
     INSTEAD: ClassVar[dict[str, str]] = {
         "runtime_name": _V2_RUNTIME,
         "runtime_kind": _V2_RUNTIME,
-        "mpi": _MPI,
+        "ml_policy": _ML_POLICY,
         "ps_replicas": _PS,
     }
 
@@ -247,7 +275,7 @@ class TFJobOptions(OperatorOptions):
     INSTEAD: ClassVar[dict[str, str]] = {
         "runtime_name": _TF_RUNTIME,
         "runtime_kind": _TF_RUNTIME,
-        "mpi": _MPI,
+        "ml_policy": _ML_POLICY,
         "elastic_min_replicas": _TF_ELASTIC,
         "elastic_max_replicas": _TF_ELASTIC,
         "max_restarts": _TF_ELASTIC,
@@ -264,9 +292,27 @@ class TFJobOptions(OperatorOptions):
         check_int(self, "ps_replicas", optional=True, minimum=0, maximum=10_000)
 
 
-ApiOptions = TrainJobOptions | PyTorchJobOptions | TFJobOptions
-OPTIONS_OF_API: dict[str, type[TrainJobOptions] | type[PyTorchJobOptions] | type[TFJobOptions]] = {
-    cls.API: cls for cls in (TrainJobOptions, PyTorchJobOptions, TFJobOptions)
+@dataclass(frozen=True, kw_only=True)
+class XGBoostJobOptions(OperatorOptions):
+    """What only a Training Operator v1 ``XGBoostJob`` says: nothing beyond the v1 run policy
+    (its Master is always there and runs XGBoost's tracker)."""
+
+    API: ClassVar[str] = "xgboostjob"
+    INSTEAD: ClassVar[dict[str, str]] = {
+        "runtime_name": _V2_RUNTIME + " (runtime_name=xgboost-distributed runs XGBoost there)",
+        "runtime_kind": _V2_RUNTIME,
+        "ml_policy": _ML_POLICY,
+        "elastic_min_replicas": _XGB_ELASTIC,
+        "elastic_max_replicas": _XGB_ELASTIC,
+        "max_restarts": _XGB_ELASTIC,
+        "ps_replicas": _PS,
+        "pytorch_master": "an XGBoostJob's first replica is its Master (always there)",
+    }
+
+
+ApiOptions = TrainJobOptions | PyTorchJobOptions | TFJobOptions | XGBoostJobOptions
+OPTIONS_OF_API: dict[str, type[ApiOptions]] = {
+    cls.API: cls for cls in (TrainJobOptions, PyTorchJobOptions, TFJobOptions, XGBoostJobOptions)
 }
 """Concrete API → its options class."""
 AUTO_ORDER = ("trainjob", "pytorchjob")

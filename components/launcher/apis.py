@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from components.launcher import pytorchjob, tfjob, trainjob
+from components.launcher import pytorchjob, tfjob, trainjob, xgboostjob
 from components.launcher.names import PERMANENT_FAILURE
 from components.launcher.spec import TrainSpec
 
@@ -121,6 +121,9 @@ PYTORCHJOB = training_operator_api(
     "pytorchjob", pytorchjob.KIND, pytorchjob.CONTAINER_NAME, pytorchjob.build_pytorchjob
 )
 TFJOB = training_operator_api("tfjob", tfjob.KIND, tfjob.CONTAINER_NAME, tfjob.build_tfjob)
+XGBOOSTJOB = training_operator_api(
+    "xgboostjob", xgboostjob.KIND, xgboostjob.CONTAINER_NAME, xgboostjob.build_xgboostjob
+)
 TRAINJOB = JobApi(
     name="trainjob",
     kind=trainjob.KIND,
@@ -143,7 +146,7 @@ TRAINJOB = JobApi(
     ),
     build=trainjob.build_trainjob,
 )
-JOB_APIS: dict[str, JobApi] = {api.name: api for api in (TRAINJOB, PYTORCHJOB, TFJOB)}
+JOB_APIS: dict[str, JobApi] = {api.name: api for api in (TRAINJOB, PYTORCHJOB, TFJOB, XGBOOSTJOB)}
 """Every concrete API (cleanup and RBAC cover them all)."""
 AUTO_APIS: tuple[JobApi, ...] = (TRAINJOB, PYTORCHJOB)
 """What ``api="auto"`` chooses from, in its order of preference: the APIs that run our PyTorch

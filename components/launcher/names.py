@@ -19,6 +19,17 @@ ISTIO_INJECT = "sidecar.istio.io/inject"
 PERMANENT_FAILURE = "kfp-ddp.io/permanent-failure"
 """Annotation on a job that failed for good (a program exit 1-127): why. A retried step finds
 it and fails at once instead of allocating the GPUs again."""
+TRAINER_XGBOOST_ENV = ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER")
+"""What Kubeflow Trainer's XGBoost runtime gives every node (its webhook refuses them in env)."""
+OPERATOR_XGBOOST_ENV = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "WORKER_ADDRS",
+    "WORKER_PORT",
+)
+"""What the Training Operator gives every XGBoostJob replica."""
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

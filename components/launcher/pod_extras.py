@@ -23,7 +23,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.launcher.names import DNS1123_LABEL, ENV_NAME
+from components.launcher.names import (
+    DNS1123_LABEL,
+    ENV_NAME,
+    OPERATOR_XGBOOST_ENV,
+    TRAINER_XGBOOST_ENV,
+)
 from components.launcher.pod_paths import (
     SCRATCH_ENV,
     host_path_problem,
@@ -160,8 +165,19 @@ def _env_problems(spec: Any, extras: PodExtras) -> list[tuple[str, str]]:
             found.append(("pod_extras", f"env {name}: PET_* are set by the Trainer controller"))
         if spec.api == "tfjob" and name == "TF_CONFIG":
             found.append(("pod_extras", "env TF_CONFIG is set by the Training Operator"))
+        if name in _controller_env(spec):
+            found.append(("pod_extras", f"env {name} is set by the job's controller"))
         seen.add(name)
     return found
+
+
+def _controller_env(spec: Any) -> tuple[str, ...]:
+    """The variables an XGBoost job's controller gives every pod."""
+    if spec.api == "xgboostjob":
+        return OPERATOR_XGBOOST_ENV
+    if spec.api == "trainjob" and spec.runtime.is_xgboost:
+        return TRAINER_XGBOOST_ENV
+    return ()
 
 
 def _s3_names(spec: Any) -> list[str]:

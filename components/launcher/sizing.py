@@ -41,13 +41,15 @@ read-only, so they write nothing else)."""
 GI = 2**30
 
 
-def processes_per_node(nproc_per_node: int | None, gpus_per_worker: int, api: str) -> int:
-    """Trainer processes per node: ``nproc_per_node`` when set (not 0), else one per GPU (a
-    TFJob's one process drives every GPU of its pod), else one."""
+def processes_per_node(
+    nproc_per_node: int | None, gpus_per_worker: int, *, one_per_pod: bool = False
+) -> int:
+    """Trainer processes per node: ``nproc_per_node`` when set (not 0), else one per GPU, else
+    one. ``one_per_pod``: the program runs once per pod whatever its GPUs (a TFJob's process
+    drives every GPU of its pod; an XGBoost program starts its own workers)."""
     if nproc_per_node:
         return nproc_per_node
-    per_gpu = gpus_per_worker > 0 and api != "tfjob"
-    return gpus_per_worker if per_gpu else 1
+    return gpus_per_worker if gpus_per_worker > 0 and not one_per_pod else 1
 
 
 def default_cpu(gpus: int, processes: int) -> str:

@@ -2,8 +2,9 @@
 
 One spec for every cluster API: ``api`` picks the Kubeflow Trainer v2 ``TrainJob``, the Training
 Operator v1 ``PyTorchJob``, or ``auto`` (whichever of those two the cluster serves, decided at
-submit time); ``tfjob`` (the Training Operator v1 ``TFJob``, for TensorFlow programs) is only
-ever chosen explicitly and runs your image and command, never our PyTorch trainer.
+submit time); ``tfjob`` and ``xgboostjob`` (the Training Operator v1 ``TFJob`` and
+``XGBoostJob``, for TensorFlow and XGBoost programs) are only ever chosen explicitly and run your
+image and command, never our PyTorch trainer.
 The CLI (its flags are derived from these fields), the KFP component, both backends and the tests
 all build this same object. Values are checked on construction; an error names the field, the
 value and what is allowed, and a field the chosen API cannot express is refused with the
@@ -28,6 +29,7 @@ from components.launcher.api_options import (
     PyTorchJobOptions,
     TFJobOptions,
     TrainJobOptions,
+    XGBoostJobOptions,
     bind,
     options_from_settings,
 )
@@ -148,10 +150,12 @@ class TrainSpec:
 
     api: str = "auto"
     """Cluster API: trainjob (Kubeflow Trainer v2), pytorchjob (Training Operator v1) or auto
-    (trainjob when the cluster serves trainer.kubeflow.org/v1alpha1, else pytorchjob)."""
+    (trainjob when the cluster serves trainer.kubeflow.org/v1alpha1, else pytorchjob); tfjob and
+    xgboostjob (Training Operator v1) for TensorFlow and XGBoost programs."""
     api_options: ApiOptions | None = None
-    """What only the API says (``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``; see
-    api_options.py). None: the API's defaults (with auto: whichever API the cluster serves)."""
+    """What only the API says (``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``,
+    ``XGBoostJobOptions``; see api_options.py). None: the API's defaults (with auto: whichever
+    API the cluster serves)."""
     name: str = ""
     """Job name (DNS-1035). Empty: derived from run_id + task_name (a retried step re-attaches)."""
     namespace: str = ""
@@ -165,10 +169,10 @@ class TrainSpec:
     """Arguments appended to the command (the trainer's flags for the default command)."""
     workers: int = 1
     """Number of nodes (pods): a TrainJob's numNodes; a PyTorchJob's Master + workers-1 Workers;
-    a TFJob's Chief + workers-1 Workers."""
+    a TFJob's Chief + workers-1 Workers; an XGBoostJob's Master + workers-1 Workers."""
     nproc_per_node: int | None = None
     """Processes per node; torchrun starts them (None: one per GPU, gpus_per_worker, or 1; a
-    TFJob: 1)."""
+    TFJob or an XGBoost job: 1)."""
     gpus_per_worker: int = 0
     """GPUs per node, requested as gpu_resource limits."""
     gpu_resource: str = "nvidia.com/gpu"
@@ -325,6 +329,22 @@ class TrainSpec:
         if isinstance(self.api_options, TrainJobOptions):
             return self.api_options
         return TrainJobOptions()
+
+    @property
+    def framework(self) -> str:
+        """What the job's program is written with: ``tensorflow`` (a TFJob), ``xgboost`` (an
+        XGBoostJob, a TrainJob on an XGBoost runtime), else ``pytorch`` (our trainer, or yours)."""
+        if self.api == "tfjob":
+            return "tensorflow"
+        if self.api == "xgboostjob" or (self.api == "trainjob" and self.runtime.is_xgboost):
+            return "xgboost"
+        return "pytorch"
+
+    @property
+    def one_process_per_pod(self) -> bool:
+        """The program runs once per pod whatever its GPUs: a TensorFlow program's (one process
+        drives every GPU of its pod), an XGBoost program's."""
+        return self.framework != "pytorch"
 
     @property
     def ps_replicas(self) -> int:
@@ -509,10 +529,10 @@ class TrainSpec:
         elif self.api_options is not None and not isinstance(self.api_options, ApiOptions):
             raise SpecError(
                 f"TrainSpec.api_options={self.api_options!r} is invalid: must be "
-                "TrainJobOptions, PyTorchJobOptions or TFJobOptions",
+                "TrainJobOptions, PyTorchJobOptions, TFJobOptions or XGBoostJobOptions",
                 field="api_options",
             )
-        elif self.api == "auto" and isinstance(self.api_options, TFJobOptions):
+        elif self.api == "auto" and isinstance(self.api_options, TFJobOptions | XGBoostJobOptions):
             self.api_options = options_from_settings("auto", asdict(self.api_options))
 
     def _normalise(self) -> None:
@@ -532,7 +552,9 @@ class TrainSpec:
             )
         if self.nproc_per_node is None:
             gpus = self.gpus_per_worker if isinstance(self.gpus_per_worker, int) else 0
-            self.nproc_per_node = sizing.processes_per_node(None, gpus, self.api)
+            self.nproc_per_node = sizing.processes_per_node(
+                None, gpus, one_per_pod=self.one_process_per_pod
+            )
         self._default_resources()
         if self.shm_size == "auto":
             self.shm_size = self._auto_shm()

@@ -19,6 +19,8 @@ from components.launcher.names import (
     DNS1123_SUBDOMAIN,
     ENV_NAME,
     LABEL_VALUE,
+    OPERATOR_XGBOOST_ENV,
+    TRAINER_XGBOOST_ENV,
     qualified_name_ok,
 )
 from components.launcher.pod_paths import (
@@ -32,9 +34,11 @@ from kfp_ddp.s3_uri import s3_uri_problem
 if TYPE_CHECKING:  # the checks read a TrainSpec; spec.py imports this module
     from components.launcher.spec import TrainSpec
 
-APIS = ("auto", "trainjob", "pytorchjob", "tfjob")
+APIS = ("auto", "trainjob", "pytorchjob", "tfjob", "xgboostjob")
 """``auto``: TrainJob when the cluster serves Kubeflow Trainer v2, else PyTorchJob (never TFJob)."""
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+ML_POLICIES = ("torch", "mpi", "xgboost", "jax", "flux", "none")
+"""A Kubeflow Trainer v2 runtime's mlPolicy (``none``: numNodes only)."""
 NCCL_PRESETS: dict[str, dict[str, str]] = {
     # Plain TCP sockets (clouds without RDMA): no InfiniBand; NCCL and gloo pinned to the pod's
     # interface (network_interface), not "anything but lo/docker", which picks up CNI bridges.
@@ -84,6 +88,7 @@ SPEC_CHOICES: dict[str, tuple[str, ...]] = {
 """TrainSpec fields whose value must be one of a fixed set."""
 CHOICES: dict[str, tuple[str, ...]] = SPEC_CHOICES | {
     "runtime_kind": RUNTIME_KINDS,
+    "ml_policy": ML_POLICIES,
     "restart_policy": RESTART_POLICIES,
     "clean_pod_policy": CLEAN_POD_POLICIES,
 }
@@ -189,6 +194,8 @@ def _check_pod_names(spec: TrainSpec) -> None:
         if ps:
             suffixes.append(f"ps-{ps - 1}")
         longest = max((f"{spec.name}-{suffix}" for suffix in suffixes), key=len)
+    elif spec.api == "xgboostjob":  # <job>-master-0, <job>-worker-<workers-2>
+        longest = f"{spec.name}-worker-{last - 1}" if last else f"{spec.name}-master-0"
     elif spec.api == "pytorchjob":
         replica = "worker" if spec.workers > 1 or spec.workers_only else "master"
         longest = f"{spec.name}-{replica}-{last}"
@@ -420,19 +427,73 @@ def _check_api_support(spec: TrainSpec) -> None:
                 f"{reserved} are set by the Trainer controller (it rejects TrainJobs that "
                 "set PET_* names); leave them out",
             )
-    if spec.api == "trainjob" and spec.runtime.is_mpi and spec.command is None:
-        name = spec.runtime.runtime_name
-        raise SpecError(
-            f"TrainSpec.runtime_name={name!r} is invalid: it is an MPI runtime, whose node pods "
-            "run sshd in the runtime's own image and only its launcher pod runs this spec's "
-            "image and command, so our trainer would not be on the nodes: train with the "
-            "torch-distributed runtime (runtime_name unset), or give your program's command "
-            "(in an image with OpenMPI, run on the launcher; `python -m trainer.mpirun` starts "
-            "a program on every slot of the runtime's hostfile)",
-            field="runtime_name",
-        )
+    if spec.api == "trainjob":
+        _check_runtime_policy(spec)
     if spec.api == "tfjob":
         _check_tensorflow_program(spec)
+    if spec.api == "xgboostjob":
+        _check_xgboost_program(spec, OPERATOR_XGBOOST_ENV, "the Training Operator")
+
+
+_NOT_OUR_TRAINER = {
+    "mpi": (
+        "it is an MPI runtime, whose node pods run sshd in the runtime's own image and only its "
+        "launcher pod runs this spec's image and command, so our trainer would not be on the "
+        "nodes: train with the torch-distributed runtime (runtime_name unset), or give your "
+        "program's command (in an image with OpenMPI, run on the launcher; `python -m "
+        "trainer.mpirun` starts a program on every slot of the runtime's hostfile)"
+    ),
+    "xgboost": (
+        "it is an XGBoost runtime (the DMLC_* env of XGBoost's collective on every node), and "
+        "our trainer is a PyTorch program: train with the torch-distributed runtime "
+        "(runtime_name unset), or give your XGBoost program's image and command (see "
+        "examples/xgboost)"
+    ),
+}
+"""Runtime policies that cannot run our trainer → why, and what to do instead."""
+
+
+def _check_runtime_policy(spec: TrainSpec) -> None:
+    """What a TrainJob's runtime policy asks of the spec: our trainer only under torchrun;
+    XGBoost's own env left to the controller, one worker per node (or per GPU)."""
+    policy = spec.runtime.policy
+    if policy in _NOT_OUR_TRAINER and spec.command is None:
+        raise SpecError(
+            f"TrainSpec.runtime_name={spec.runtime.runtime_name!r} is invalid: "
+            + _NOT_OUR_TRAINER[policy],
+            field="runtime_name",
+        )
+    if policy == "xgboost":
+        _check_xgboost_program(spec, TRAINER_XGBOOST_ENV, "the Trainer controller")
+
+
+def _check_xgboost_program(spec: TrainSpec, reserved: tuple[str, ...], owner: str) -> None:
+    """An XGBoost job runs the user's XGBoost program: their image and command, one worker per
+    pod (or per GPU), with the env its controller gives each pod."""
+    if spec.image == DEFAULT_IMAGE:
+        fail(
+            spec,
+            "image",
+            "an XGBoost job runs your XGBoost program, and this default image holds our PyTorch "
+            "trainer without XGBoost: set image to one with xgboost and your code",
+        )
+    if spec.command is None:
+        fail(
+            spec,
+            "command",
+            "an XGBoost job needs your program's command, e.g. ['python', '/app/train.py'] (the "
+            "default command runs our PyTorch trainer)",
+        )
+    if spec.nproc_per_node != 1:
+        fail(
+            spec,
+            "nproc_per_node",
+            "an XGBoost job runs one worker per pod, or one per GPU (set gpus_per_worker): keep "
+            "nproc_per_node=1",
+        )
+    taken = sorted(set(spec.env) & set(reserved))
+    if taken:
+        fail(spec, "env", f"{taken} are set by {owner} for each worker; leave them out")
 
 
 def _check_tensorflow_program(spec: TrainSpec) -> None:

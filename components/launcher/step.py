@@ -7,11 +7,12 @@ and by the tests, so what render prints is what the step submits, name included.
 ``run_training_step`` runs that spec and fills the ``Model`` and ``Metrics`` artifacts;
 ``cleanup_step`` deletes a run's leftover jobs.
 
-What the Model artifact holds: for the PyTorch APIs, the trainer's four files (``MODEL_FILES``,
-all required — a custom PyTorch command must write them too); for a TFJob, the TensorFlow
-program's own outputs (``exported_files``): everything under ``<output_dir>/model/`` kept as a tree
-(a ``.keras`` file, a SavedModel folder...), plus ``summary.json`` and ``metrics.jsonl`` when it
-writes them — at least one of these must exist.
+What the Model artifact holds: for a PyTorch job, the trainer's four files (``MODEL_FILES``,
+all required — a custom PyTorch command must write them too); for a TensorFlow or XGBoost job
+(``TrainSpec.framework``), the program's own outputs (``exported_files``): everything under
+``<output_dir>/model/`` kept as a tree (a ``.keras`` file, a SavedModel folder, XGBoost's
+``model.json``...), plus ``summary.json`` and ``metrics.jsonl`` when it writes them — at least one
+of these must exist.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ from trainer import config as trainer_config
 MODEL_FILES = ("model/weights.pt", "model/model.json", "metrics.jsonl", "summary.json")
 """Our trainer's outputs, exported flat into the Model artifact."""
 PROGRAM_FILES = ("metrics.jsonl", "summary.json")
-"""A TFJob program's optional top-level outputs, exported beside its ``model/`` tree."""
+"""A TensorFlow or XGBoost program's optional top-level outputs, exported beside its ``model/``
+tree."""
+FRAMEWORK_NAMES = {"tensorflow": "TensorFlow", "xgboost": "XGBoost"}
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 SUMMARY_METRICS = (
     "final_train_loss",
@@ -144,8 +147,8 @@ class TrainingStepInputs:
     """Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY that the
     nodes get as environment variables (never values in the manifest)."""
     api: str = "auto"
-    """trainjob (Trainer v2), pytorchjob (Training Operator v1), auto, or tfjob
-    (TensorFlow)."""
+    """trainjob (Trainer v2), pytorchjob (Training Operator v1), auto, tfjob
+    (TensorFlow) or xgboostjob (XGBoost)."""
     name: str = ""
     """job name; empty derives one from the run and task, so a retry re-attaches."""
     namespace: str = ""
@@ -478,7 +481,7 @@ def run_training_step(inputs: TrainingStepInputs, *, model: Any, metrics: Any) -
         print(f"[launcher] {exc}")
         raise SystemExit(143) from exc
     with _trainer_outputs(inputs) as outputs:
-        export_model(outputs, Path(model.path), api=result.api)
+        export_model(outputs, Path(model.path), framework=spec.framework)
         result = dataclasses.replace(
             result, summary=_read_json(outputs / "summary.json") or result.summary
         )
@@ -552,13 +555,14 @@ def skipped_images(summary: dict) -> int | None:
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
-def exported_files(output_dir: Path, api: str) -> list[tuple[Path, str]]:
-    """(source file, its path in the Model artifact) of what the step exports for ``api``."""
+def exported_files(output_dir: Path, framework: str) -> list[tuple[Path, str]]:
+    """(source file, its path in the Model artifact) of what the step exports for a program of
+    ``framework`` (``TrainSpec.framework``)."""
     volume_hint = (
         "did the job write to the same volume this step mounts (pvc_name / pvc_mount_path), or "
         "upload to checkpoint_uri?"
     )
-    if api != "tfjob":
+    if framework not in FRAMEWORK_NAMES:
         missing = [f for f in MODEL_FILES if not (output_dir / f).is_file()]
         if missing:
             raise FileNotFoundError(
@@ -576,19 +580,20 @@ def exported_files(output_dir: Path, api: str) -> list[tuple[Path, str]]:
     found += [(output_dir / n, n) for n in PROGRAM_FILES if (output_dir / n).is_file()]
     if not found:
         raise FileNotFoundError(
-            f"the TensorFlow program wrote nothing to export: output_dir={str(output_dir)!r} has "
-            f"no model/ files and none of {list(PROGRAM_FILES)} (the program should save its model "
-            f"under <--output-dir>/model/); {volume_hint}"
+            f"the {FRAMEWORK_NAMES[framework]} program wrote nothing to export: "
+            f"output_dir={str(output_dir)!r} has no model/ files and none of "
+            f"{list(PROGRAM_FILES)} (the program should save its model under "
+            f"<--output-dir>/model/); {volume_hint}"
         )
     return found
 
 
-def export_model(output_dir: Path, model_dir: Path, *, api: str = "auto") -> None:
+def export_model(output_dir: Path, model_dir: Path, *, framework: str = "pytorch") -> None:
     """Copy the job's outputs (``exported_files``) into the Model artifact folder, each
     atomically."""
 
     model_dir.mkdir(parents=True, exist_ok=True)
-    for source, name in exported_files(output_dir, api):
+    for source, name in exported_files(output_dir, framework):
         (model_dir / name).parent.mkdir(parents=True, exist_ok=True)
         with open(source, "rb") as handle:
             write_atomic(model_dir / name, functools.partial(shutil.copyfileobj, handle))

@@ -1,11 +1,12 @@
-"""What the Training Operator v1 jobs (PyTorchJob, TFJob) share: pod template, run policy, rules.
+"""What the Training Operator v1 jobs (PyTorchJob, TFJob, XGBoostJob) share: pod template, run
+policy, rules.
 
-Both kinds are ``kubeflow.org/v1`` jobs with a map of replica type → ``ReplicaSpec`` (replicas,
+The kinds are ``kubeflow.org/v1`` jobs with a map of replica type → ``ReplicaSpec`` (replicas,
 restart policy, one pod template) and the same ``runPolicy``; they differ in the replica types,
-the container the operator looks for (``pytorch`` / ``tensorflow``) and the env it injects. Built
-with kubeflow-training's models and the kubernetes client's pod models; ``webhook_errors``
-restates the rules the operator's validating webhooks share (``webhooks/utils``,
-``ValidateRunPolicy``), each kind's builder adds its own.
+the container the operator looks for (``pytorch`` / ``tensorflow`` / ``xgboost``) and the env
+it injects. Built with kubeflow-training's models and the kubernetes client's pod models;
+``webhook_errors`` restates the rules the operator's validating webhooks share
+(``webhooks/utils``, ``ValidateRunPolicy``), each kind's builder adds its own.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from components.launcher.names import DNS1035
 from components.launcher.spec import CLEAN_POD_POLICIES, RESTART_POLICIES, TrainSpec
 
 API_VERSION = "kubeflow.org/v1"
-DEFAULT_RESTART_POLICIES = {"pytorchjob": "ExitCode", "tfjob": "OnFailure"}
+DEFAULT_RESTART_POLICIES = {"pytorchjob": "ExitCode", "tfjob": "OnFailure", "xgboostjob": "Never"}
 """PyTorchJob (our trainer's exit codes): 1-127 (bad config, bad data: 2, 3, 4) are permanent,
 signals and 128-255 (preemption, a lost peer: 143, 137, 200) are retried, so a permanent error
 never restarts the containers on every GPU. TFJob (the user's TensorFlow program, whose lost peer
-is an exception, exit 1): the operator's own default, any failure is retried."""
+is an exception, exit 1): the operator's own default, any failure is retried. XGBoostJob: the
+operator's own default, Never — a worker restarted alone cannot rejoin XGBoost's tracker, so a
+failed replica fails the job, and a retried pipeline step resumes from the checkpoints."""
 DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_CLEAN_POD_POLICY = "Running"
 DEFAULT_TTL_SECONDS = 7 * 24 * 3600
@@ -37,10 +40,14 @@ class ManifestError(ValueError):
 
 
 def build_pod_template(
-    spec: TrainSpec, container_name: str, env: dict[str, str] | None = None
+    spec: TrainSpec,
+    container_name: str,
+    env: dict[str, str] | None = None,
+    ports: list[k8s.V1ContainerPort] | None = None,
 ) -> k8s.V1PodTemplateSpec:
     """The pod template every replica uses (the replica types differ only in their name);
-    ``env``: the kind's own variables, before the spec's (which win)."""
+    ``env``: the kind's own variables, before the spec's (which win); ``ports``: the kind's own
+    container ports, before the metrics ports."""
     volumes, mounts = pod_parts.volumes(spec)
     own = [k8s.V1EnvVar(name=k, value=v) for k, v in (env or {}).items() if k not in spec.env]
     container = k8s.V1Container(
@@ -52,7 +59,7 @@ def build_pod_template(
         resources=pod_parts.resources(spec),
         volume_mounts=mounts or None,
         security_context=pod_security.container_context(spec),
-        ports=monitoring.container_ports(spec),
+        ports=[*(ports or []), *(monitoring.container_ports(spec) or [])] or None,
     )
     init = pod_parts.stage_init_container(spec)
     pod_spec = k8s.V1PodSpec(
@@ -83,10 +90,14 @@ def default_restart_policy(spec: TrainSpec) -> str:
 
 
 def replica_specs(
-    spec: TrainSpec, counts: dict[str, int], container_name: str, env: dict[str, str] | None = None
+    spec: TrainSpec,
+    counts: dict[str, int],
+    container_name: str,
+    env: dict[str, str] | None = None,
+    ports: list[k8s.V1ContainerPort] | None = None,
 ) -> dict[str, ktm.KubeflowOrgV1ReplicaSpec]:
     """Replica type → its ReplicaSpec: ``counts`` replicas of the one pod template."""
-    template = build_pod_template(spec, container_name, env)
+    template = build_pod_template(spec, container_name, env, ports)
     return {
         rtype: ktm.KubeflowOrgV1ReplicaSpec(
             replicas=count,

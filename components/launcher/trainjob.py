@@ -5,7 +5,9 @@ allow only the pod fields the Trainer API lets a TrainJob patch, and serialised 
 ``to_dict``. The mapping:
 
 - ``runtimeRef``: ``runtime_kind``/``runtime_name`` (default: the ClusterTrainingRuntime
-  ``torch-distributed``, which runs the node container with the ``PET_*`` env for torchrun);
+  ``torch-distributed``, which runs the node container with the ``PET_*`` env for torchrun; on an
+  MPI runtime the launcher pod is patched like the nodes; on ``xgboost-distributed`` every node
+  gets XGBoost's ``DMLC_*`` env from the controller);
 - ``trainer``: image, command, args, env (the NCCL preset and ``env``; never ``PET_*``, the
   controller owns them), ``numNodes`` = workers, ``numProcPerNode``, ``resourcesPerNode`` (GPUs as
   an extended-resource limit, CPU, memory);
@@ -57,7 +59,8 @@ def _trainer(spec: TrainSpec) -> tm.TrainerV1alpha1Trainer:
         args=spec.container_args() or None,
         env=[tm.IoK8sApiCoreV1EnvVar.from_dict(e) for e in pod_parts.plain(env)],
         numNodes=spec.workers,
-        numProcPerNode=spec.nproc_per_node,
+        # An XGBoost runtime derives its workers per node from the GPUs and ignores this.
+        numProcPerNode=None if spec.runtime.is_xgboost else spec.nproc_per_node,
         resourcesPerNode=tm.IoK8sApiCoreV1ResourceRequirements.from_dict(pod_parts.plain(resources))
         if resources
         else None,

@@ -45,16 +45,19 @@ CRD_FILES = {
     ],
     "pytorchjob": [REFERENCE / "kubeflow.org_pytorchjobs.yaml"],
     "tfjob": [OPERATOR / "kubeflow.org_tfjobs.yaml"],
+    "xgboostjob": [OPERATOR / "kubeflow.org_xgboostjobs.yaml"],
     "monitoring": sorted(PROMETHEUS.glob("monitoring.coreos.com_*.yaml")),
     "argo": [ARGO_WORKFLOWS],
 }
 """The official CRDs, by the part that needs them."""
 
+OPERATOR_SCHEMES = ("pytorchjob", "tfjob", "xgboostjob")
+"""The Training Operator's job kinds a plane serves (its --enable-scheme flags and their CRDs)."""
 PARTS = ("controller-manager", "trainer", "training-operator", "monitoring")
-"""What a plane can run: ``trainer`` brings JobSet too; ``training-operator`` serves PyTorchJob
-and TFJob; ``monitoring`` installs the Prometheus Operator's CRDs (no operator runs). A plane of
-no parts (an API server alone) runs without the API server's watch cache: its watches read etcd
-directly, so ``compact_etcd`` makes an older resourceVersion answer 410 Gone."""
+"""What a plane can run: ``trainer`` brings JobSet too; ``training-operator`` serves PyTorchJob,
+TFJob and XGBoostJob; ``monitoring`` installs the Prometheus Operator's CRDs (no operator runs).
+A plane of no parts (an API server alone) runs without the API server's watch cache: its watches
+read etcd directly, so ``compact_etcd`` makes an older resourceVersion answer 410 Gone."""
 
 ADMIN_USER = "admin"
 NODE_CONTROLLERS = (
@@ -110,7 +113,9 @@ def free_ports(count: int) -> list[int]:
 def reference_missing() -> list[str]:
     """The reference files a full plane needs that are absent."""
     files = [
-        path for group in ("jobset", "trainer", "pytorchjob", "tfjob") for path in CRD_FILES[group]
+        path
+        for group in ("jobset", "trainer", "pytorchjob", "tfjob", "xgboostjob")
+        for path in CRD_FILES[group]
     ]
     files += [
         TRAINER / "torch_distributed_runtime.yaml",
@@ -472,7 +477,7 @@ class ControlPlane:
             ]
         )
         p = self.ports
-        schemes = [f"--enable-scheme={s}" for s in ("pytorchjob", "tfjob")]
+        schemes = [f"--enable-scheme={s}" for s in OPERATOR_SCHEMES]
         component = self._component(
             "training-operator",
             [
@@ -588,8 +593,8 @@ class ControlPlane:
         return revision
 
     def serve_only(self, groups: tuple[str, ...]) -> None:
-        """Serve the job CRDs of ``groups`` (of trainer, pytorchjob, tfjob) and no other."""
-        jobs = ("trainer", "pytorchjob", "tfjob")
+        """Serve the job CRDs of ``groups`` (of trainer and OPERATOR_SCHEMES) and no other."""
+        jobs = ("trainer", *OPERATOR_SCHEMES)
         self.delete_crds(tuple(g for g in jobs if g not in groups))
         self.install_crds(groups)
 
@@ -598,7 +603,7 @@ class ControlPlane:
         if "trainer" in self.parts:
             groups += ["jobset", "trainer"]
         if "training-operator" in self.parts:
-            groups += ["pytorchjob", "tfjob"]
+            groups += list(OPERATOR_SCHEMES)
         if "monitoring" in self.parts:
             groups.append("monitoring")
         self.install_crds(tuple(groups))

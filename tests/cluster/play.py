@@ -21,6 +21,7 @@ JOB_LABEL = {
     "trainjob": "jobset.sigs.k8s.io/jobset-name",
     "pytorchjob": "training.kubeflow.org/job-name",
     "tfjob": "training.kubeflow.org/job-name",
+    "xgboostjob": "training.kubeflow.org/job-name",
 }
 
 
@@ -168,3 +169,22 @@ def _job_gone(pods: JobPods) -> bool:
         return pods.job_object() is None
     except Exception:  # noqa: BLE001
         return False
+
+
+def created_pods(cluster: Any, namespace: str, selector: str, count: int, timeout: float = 30):
+    """The first ``count`` pods the controllers created matching ``selector``, by name (an
+    AssertionError with the namespace's latest events when they do not come)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.clients())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+        if len(pods) >= count:
+            return sorted(pods, key=lambda p: p.metadata.name)
+        time.sleep(0.3)
+    events = core.list_namespaced_event(namespace).items
+    raise AssertionError(
+        f"{len(pods)} of {count} pods ({selector}) after {timeout} s; events: "
+        + "; ".join(f"{e.reason}: {e.message}" for e in events[-8:])
+    )

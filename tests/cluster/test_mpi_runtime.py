@@ -5,7 +5,6 @@ the launcher refuses before submitting."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,11 @@ from kubernetes import client
 
 from components.launcher import SpecError, TrainSpec, build_trainjob
 from tests.cluster.control_plane import TRAINER, load_documents
+from tests.cluster.play import created_pods
 from trainer.distributed import read_hostfile
 
 MPI_PROGRAM = ["python", "-m", "trainer.mpirun", "/app/train.py"]
+JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 
 
 @pytest.fixture
@@ -24,22 +25,6 @@ def restricted(cluster, request):
     cluster.plane.apply(load_documents(TRAINER / "runtimes" / "deepspeed_distributed.yaml"))
     yield name
     cluster.delete_namespace(name)
-
-
-def _pods(cluster, namespace: str, job: str, count: int, timeout: float = 30) -> list:
-    core = client.CoreV1Api(cluster.clients())
-    selector = f"jobset.sigs.k8s.io/replicatedjob-name={job}"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pods = core.list_namespaced_pod(namespace, label_selector=selector).items
-        if len(pods) >= count:
-            return sorted(pods, key=lambda p: p.metadata.name)
-        time.sleep(0.3)
-    events = core.list_namespaced_event(namespace).items
-    raise AssertionError(
-        f"{len(pods)} of {count} {job} pods after {timeout} s; events: "
-        + "; ".join(f"{e.reason}: {e.message}" for e in events[-8:])
-    )
 
 
 def test_an_mpi_trainjob_becomes_sshd_nodes_and_a_launcher_with_the_hostfile(
@@ -64,14 +49,14 @@ def test_an_mpi_trainjob_becomes_sshd_nodes_and_a_launcher_with_the_hostfile(
     )
     # runLauncherAsNode: the launcher is one of the 3 nodes, so 2 sshd node pods come first,
     # each admitted under restricted (sshd runs as UID 1000 on port 2222: nothing more needed)
-    nodes = _pods(cluster, restricted, "node", 2)
+    nodes = created_pods(cluster, restricted, f"{JOB}=node", 2)
     for pod in nodes:
         (container,) = pod.spec.containers
         assert container.command == ["/usr/sbin/sshd"]  # the runtime's image, not ours
         assert container.security_context.capabilities.drop == ["ALL"]
         assert pod.spec.security_context.run_as_non_root is True
         cluster.kubelet.run(pod)  # Ready: the launcher depends on the nodes being ready
-    (launcher,) = _pods(cluster, restricted, "launcher", 1)
+    (launcher,) = created_pods(cluster, restricted, f"{JOB}=launcher", 1)
     (container,) = launcher.spec.containers
     assert container.image == spec.image and container.command == MPI_PROGRAM
     env = {e.name: e.value for e in container.env}
@@ -97,9 +82,9 @@ def test_our_trainer_on_an_mpi_runtime_is_refused_naming_the_runtime():
     with pytest.raises(SpecError) as err:
         TrainSpec.flat(api="trainjob", name="mpi", runtime_name="deepspeed-distributed")
     assert err.value.field == "runtime_name" and "sshd in the runtime's own image" in str(err.value)
-    # a runtime of one's own says it is MPI with mpi=True
+    # a runtime of one's own says it is MPI with ml_policy="mpi"
     with pytest.raises(SpecError, match="MPI runtime"):
-        TrainSpec.flat(api="trainjob", name="mpi", runtime_name="my-horovod", mpi=True)
+        TrainSpec.flat(api="trainjob", name="mpi", runtime_name="my-horovod", ml_policy="mpi")
     TrainSpec.flat(
-        api="trainjob", name="mpi", runtime_name="my-horovod", command=MPI_PROGRAM, mpi=True
+        api="trainjob", name="mpi", runtime_name="my-horovod", command=MPI_PROGRAM, ml_policy="mpi"
     )

@@ -17,9 +17,15 @@ from tests.cluster.play import JobPods
 from tests.cluster.plugin import Namespace
 
 APIS = ("trainjob", "pytorchjob")
-ALL_APIS = (*APIS, "tfjob")
+ALL_APIS = (*APIS, "tfjob", "xgboostjob")
 TF_PROGRAM = {"image": "registry.example.com/tf-mnist:1", "command": ["python", "/app/train.py"]}
 """A TFJob runs the user's TensorFlow image and command."""
+XGB_PROGRAM = {
+    "image": "registry.example.com/xgb-example:1",
+    "command": ["python", "/app/train.py"],
+}
+"""An XGBoostJob runs the user's XGBoost image and command."""
+PROGRAMS = {"tfjob": TF_PROGRAM, "xgboostjob": XGB_PROGRAM}
 
 
 def replica(api: str, node: int) -> str:
@@ -28,13 +34,14 @@ def replica(api: str, node: int) -> str:
         return f"node-{node}"
     if api == "pytorchjob":
         return f"worker-{node}"
-    return "chief-0" if node == 0 else f"worker-{node - 1}"
+    first = "master-0" if api == "xgboostjob" else "chief-0"
+    return first if node == 0 else f"worker-{node - 1}"
 
 
 def spec(ns: Namespace | str, api: str, **kw: Any) -> TrainSpec:
     namespace = ns if isinstance(ns, str) else ns.name
     base = {"api": api, "name": "job", "namespace": namespace, "workers": 2, "run_id": "run-1"}
-    return TrainSpec.flat(**(base | (TF_PROGRAM if api == "tfjob" else {}) | kw))
+    return TrainSpec.flat(**(base | PROGRAMS.get(api, {}) | kw))
 
 
 def options(ns: Namespace, lines: list[str] | None = None, **kw: Any) -> KubernetesOptions:

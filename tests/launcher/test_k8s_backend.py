@@ -253,7 +253,7 @@ def failing_node(api: str):
             job.log(second, f"node 1 line {i}")
         job.sleep(0.5)
         job.event(second, "BackOff", "Back-off restarting failed container")
-        if api == "pytorchjob":
+        if api in ("pytorchjob", "xgboostjob"):  # ExitCode; Never (the XGBoostJob's default)
             job.exit(second, 1, reason="Error")
         else:
             limit = 6 if api == "trainjob" else 3  # the Job's and the TFJob's backoffLimit
@@ -266,6 +266,7 @@ FAILURE = {
     "trainjob": "OOMKilled (exit code 137)",
     "pytorchjob": "Error (exit code 1)",
     "tfjob": "OOMKilled (exit code 137)",
+    "xgboostjob": "Error (exit code 1)",
 }
 
 
@@ -426,10 +427,11 @@ def test_preflight_refuses_a_job_not_built_for_its_runtimes_mpi_policy(k8s):
     install_namespaced_runtime(k8s, "mine")
     program = {"command": ["python", "-m", "trainer.mpirun", "/app/train.py"]}
     namespaced = {"runtime_kind": "TrainingRuntime"}
-    with pytest.raises(PreflightError, match="'my-mpi' is an MPI runtime.*set mpi=true"):
+    with pytest.raises(PreflightError, match="'my-mpi' has mlPolicy mpi .*set ml_policy=mpi"):
         run(k8s, spec(k8s, "trainjob", runtime_name="my-mpi", **namespaced, **program))
-    with pytest.raises(PreflightError, match="'mine' is not an MPI runtime"):
-        run(k8s, spec(k8s, "trainjob", runtime_name="mine", mpi=True, **namespaced, **program))
+    mine = spec(k8s, "trainjob", runtime_name="mine", ml_policy="mpi", **namespaced, **program)
+    with pytest.raises(PreflightError, match="'mine' has mlPolicy torch, but ml_policy=mpi"):
+        run(k8s, mine)
     assert jobs(k8s, "trainjob") == []
 
 
@@ -578,7 +580,8 @@ SIGTERM_SCRIPT = textwrap.dedent(
     from components.launcher import JobCancelled, KubernetesOptions, TrainSpec, run_job
 
     api, namespace, kubeconfig = sys.argv[1:4]
-    program = {"image": "tf:1", "command": ["python", "train.py"]} if api == "tfjob" else {}
+    users = api in ("tfjob", "xgboostjob")
+    program = {"image": "tf:1", "command": ["python", "train.py"]} if users else {}
     spec = TrainSpec.flat(
         api=api, name="job", namespace=namespace, workers=2, run_id="run-1", **program
     )

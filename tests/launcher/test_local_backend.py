@@ -30,7 +30,8 @@ from components.launcher import (
     run_job,
 )
 from components.launcher.api_options import PyTorchJobOptions, TrainJobOptions
-from components.launcher.backends.local import NODE_TAG_ENV, local_api, replica_names, tagged_pids
+from components.launcher.backends.contracts import local_api, replica_names
+from components.launcher.backends.local import NODE_TAG_ENV, tagged_pids
 from tests.image_data import write_image_folder
 
 REPO = Path(__file__).resolve().parents[2]

@@ -30,7 +30,15 @@ from tests.launcher.k8s_helpers import (
     succeed,
 )
 
-REPLICAS = {"pytorchjob": "pytorchReplicaSpecs", "tfjob": "tfReplicaSpecs"}
+REPLICAS = {
+    "pytorchjob": "pytorchReplicaSpecs",
+    "tfjob": "tfReplicaSpecs",
+    "xgboostjob": "xgbReplicaSpecs",
+}
+USERS_PROGRAM = ("tfjob", "xgboostjob")
+"""APIs that run the user's program, one process per pod (no trainer flags)."""
+OWN_PORTS = {"xgboostjob": [{"name": "xgboostjob-port", "containerPort": 9999, "protocol": "TCP"}]}
+"""Ports an API's container declares besides the metrics ports."""
 
 
 def containers(manifest: dict) -> list[dict]:
@@ -62,7 +70,7 @@ def assert_valid_service(document: dict) -> None:
 def test_documents_are_valid_against_the_official_crds(api, monitor):
     for kind in ("podmonitor", "servicemonitor", "prometheusrule", api):
         require_crd(kind)
-    nproc = 1 if api == "tfjob" else 2  # a TFJob runs one process per pod
+    nproc = 1 if api in USERS_PROGRAM else 2  # a TFJob runs one process per pod
     s = spec(
         "default",
         api,
@@ -94,7 +102,7 @@ def test_every_replica_opens_the_ports_and_is_annotated(api):
         api,
         workers=3,
         metrics_port=9400,
-        **({} if api == "tfjob" else {"nproc_per_node": 2}),
+        **({} if api in USERS_PROGRAM else {"nproc_per_node": 2}),
     )
     job = build_manifest(s)
     for found in pod_annotations(job):
@@ -104,15 +112,15 @@ def test_every_replica_opens_the_ports_and_is_annotated(api):
             ports = [{"name": "metrics-0", "containerPort": 9400, "protocol": "TCP"}]
             if api == "pytorchjob":
                 ports.append({"name": "metrics-1", "containerPort": 9401, "protocol": "TCP"})
-            assert container["ports"] == ports
+            assert container["ports"] == OWN_PORTS.get(api, []) + ports
         args = container.get("args") or []
-        if api == "tfjob":  # the user's program: no trainer flags
+        if api in USERS_PROGRAM:  # the user's program: no trainer flags
             assert "--metrics-port" not in args
         else:
             assert args[-4:] == ["--metrics-port", "9400", "--metrics-job", "job"]
     (monitor, _rule) = monitoring_documents(s)
     endpoints = monitor["spec"]["podMetricsEndpoints"]
-    assert len(endpoints) == (1 if api == "tfjob" else 2)
+    assert len(endpoints) == (1 if api in USERS_PROGRAM else 2)
     assert all(e["honorLabels"] for e in endpoints)
     if api == "trainjob":
         addresses = [e["relabelings"][2]["replacement"] for e in endpoints]

@@ -19,7 +19,7 @@ from kubernetes import client
 from components.launcher import SpecError, TrainSpec, job_api
 from components.launcher.spec import STAGE_ROOT
 from tests.cluster.play import JOB_LABEL
-from tests.launcher.k8s_helpers import TF_PROGRAM
+from tests.launcher.k8s_helpers import PROGRAMS
 from tests.launcher.read_only_root import WRITTEN_BY_EVERY_CONTAINER, container_problems
 
 STAGED = {"stage_data_uri": "s3://data/cats", "stage_data_digest": "0f3a" * 16}
@@ -46,7 +46,7 @@ def enforcing(cluster, level, request):
 
 def job_spec(namespace: str, api: str, **kw: Any) -> TrainSpec:
     base = {"api": api, "name": "job", "namespace": namespace, "workers": 2, "run_id": "r"}
-    return TrainSpec.flat(**(base | (TF_PROGRAM if api == "tfjob" else {}) | kw))
+    return TrainSpec.flat(**(base | PROGRAMS.get(api, {}) | kw))
 
 
 def submit(cluster, s: TrainSpec) -> None:
@@ -98,7 +98,7 @@ def read_only_root_problems(pod: dict[str, Any], s: TrainSpec) -> list[str]:
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("api", ["trainjob", "pytorchjob", "tfjob"])
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob", "tfjob", "xgboostjob"])
 def test_the_pods_of_every_job_pass_pod_security(cluster, enforcing, level, api, variant, request):
     s = job_spec(enforcing, api, **VARIANTS[variant])
     submit(cluster, s)

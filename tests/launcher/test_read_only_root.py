@@ -37,7 +37,7 @@ from components.launcher.spec import (
 )
 from components.s3_sync import sync
 from tests.image_data import write_image_folder
-from tests.launcher.k8s_helpers import TF_PROGRAM
+from tests.launcher.k8s_helpers import PROGRAMS
 from tests.launcher.read_only_root import WRITTEN_BY_EVERY_CONTAINER, container_problems
 from tests.trainer.trainer_launch import TINY, free_port
 
@@ -71,7 +71,7 @@ def pod_specs(manifest: dict[str, Any]) -> dict[str, tuple[dict[str, Any], list[
         (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
         env = manifest["spec"]["trainer"].get("env") or []
         return {"node": (node["template"]["spec"]["template"]["spec"], env)}
-    replicas = manifest["spec"].get("pytorchReplicaSpecs") or manifest["spec"]["tfReplicaSpecs"]
+    (replicas,) = [v for k, v in manifest["spec"].items() if k.endswith("ReplicaSpecs")]
     found = {}
     for rtype, replica in replicas.items():
         pod = replica["template"]["spec"]
@@ -116,12 +116,12 @@ LEVELS = [
 
 
 @pytest.mark.parametrize(("variant", "level"), LEVELS)
-@pytest.mark.parametrize("api", ["trainjob", "pytorchjob", "tfjob"])
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob", "tfjob", "xgboostjob"])
 def test_every_container_has_a_read_only_root_and_a_volume_for_every_path_it_writes(
     api, variant, level
 ):
     settings = VARIANTS[variant] | {"pod_security": level}
-    program = TF_PROGRAM | {"args": settings.get("args", [])} if api == "tfjob" else {}
+    program = PROGRAMS[api] | {"args": settings.get("args", [])} if api in PROGRAMS else {}
     assert problems_of(TrainSpec.flat(api=api, name="j", workers=2, **(settings | program))) == []
 
 

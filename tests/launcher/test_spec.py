@@ -260,7 +260,7 @@ TF = {
 TFJOB_REFUSALS = {
     "runtime_name": ({"runtime_name": "torch-distributed"}, "no TensorFlow runtime"),
     "runtime_kind": ({"runtime_kind": "TrainingRuntime"}, "Training Operator v1"),
-    "mpi": ({"mpi": True}, "MPI is a Kubeflow Trainer v2 runtime policy"),
+    "ml_policy": ({"ml_policy": "mpi"}, "an mlPolicy (MPI, XGBoost...) is a Kubeflow Trainer v2"),
     "elastic_min_replicas": ({"elastic_min_replicas": 1, "elastic_max_replicas": 2}, "BackupAndRe"),
     "max_restarts": (
         {"elastic_min_replicas": 1, "elastic_max_replicas": 2, "max_restarts": 1},

@@ -140,9 +140,12 @@ def test_no_baseline_and_paths_the_check_step_cannot_see(tmp_path: Path):
     [
         ("trainjob", {"runtime_name": "deepspeed-distributed"}, "it is an MPI runtime"),
         ("auto", {"runtime_name": "mlx-distributed"}, "it is an MPI runtime"),
-        ("pytorchjob", {"mpi": True}, "MPI is a Kubeflow Trainer v2 runtime policy"),
+        ("trainjob", {"runtime_name": "xgboost-distributed"}, "it is an XGBoost runtime"),
+        ("pytorchjob", {"ml_policy": "mpi"}, "an mlPolicy (MPI, XGBoost...) is a Kubeflow"),
     ],
 )
-def test_our_trainer_on_an_mpi_runtime_is_refused_in_the_first_step(api, overrides, says):
+def test_our_trainer_on_an_mpi_or_xgboost_runtime_is_refused_in_the_first_step(
+    api, overrides, says
+):
     found = problems(arguments(api=api, overrides_json=json.dumps(overrides)))
     assert len(found) == 1 and found[0].startswith("overrides_json=") and says in found[0]

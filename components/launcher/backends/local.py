@@ -2,32 +2,14 @@
 
 For development and tests, not a scheduler. Each node ("pod") gets what its controller would give
 it, plus PYTHONUNBUFFERED=1 and GLOO_SOCKET_IFNAME=lo on Linux (gloo otherwise picks the host's
-first interface):
-
-- **trainjob** (Kubeflow Trainer v2, the ``torch-distributed`` runtime; also ``auto``): replicas
-  ``node-0..N-1`` with ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``,
-  ``PET_MASTER_ADDR``, ``PET_MASTER_PORT`` and nothing else; the container command runs
-  torchrun in each node (the default command, ``python -m trainer.torchrun -m trainer.train``),
-  which turns those into RANK/WORLD_SIZE/LOCAL_RANK for its workers, exactly as in the pod.
-- **pytorchjob** (Training Operator v1): by default Workers only, ``worker-0..``, with the
-  operator's ``PET_NNODES`` and ``PET_NPROC_PER_NODE`` and the manifest's c10d rendezvous
-  (``PET_RDZV_BACKEND``, ``PET_RDZV_ENDPOINT`` on loopback, ``PET_RDZV_ID``); torchrun in every
-  node assigns the ranks. With ``pytorch_master``: ``master-0``, ``worker-0..`` with
-  MASTER_ADDR/MASTER_PORT, WORLD_SIZE, RANK (= pod rank) and the PET_* variables; then, with
-  ``nproc_per_node == 1``, the default command runs ``python -m trainer.train`` directly per
-  replica (one process, no torchrun agent: about a second less per replica, and the replica's
-  exit code is the trainer's). Elastic jobs: Workers only, the elastic policy's variables.
-- **trainjob on an MPI runtime** (``deepspeed-distributed``, ``mlx-distributed``, ``mpi=True``):
-  one replica, ``launcher-0``, runs the command, as the runtime's launcher pod does, with the
-  runtime's ``OMPI_MCA_orte_default_hostfile`` (here ``localhost`` with ``workers`` x
-  ``nproc_per_node`` slots: mpirun starts every rank on this machine) and a free
-  ``MASTER_PORT``; the nodes' sshd is not needed here.
-- **tfjob** (Training Operator v1, a TensorFlow program): ``chief-0``, ``worker-0..``, ``ps-0..``,
-  each with the operator's ``TF_CONFIG`` (``backends.tf_config``: the cluster on loopback, one
-  port per replica, and the replica's task type and index) and nothing else. As the operator's
-  default success policy has it, the job succeeds when the Chief exits 0; replicas still running
-  then (parameter servers serve until stopped) are stopped as the operator's cleanPodPolicy
-  Running deletes their pods.
+first interface) and the variables of ``contracts`` (TrainJob on a torch, MPI or XGBoost
+runtime; PyTorchJob; TFJob; XGBoostJob). A PyTorchJob with ``pytorch_master`` and
+``nproc_per_node == 1`` runs the default command as ``python -m trainer.train`` directly per
+replica (one process, no torchrun agent: about a second less per replica, and the replica's exit
+code is the trainer's). An MPI runtime's ``launcher-0`` gets a hostfile of this machine with every
+slot; the nodes' sshd is not needed here. A TFJob or XGBoostJob succeeds when its Chief or Master
+exits 0 (the operator's success policy); replicas still running then (parameter servers serve
+until stopped) are stopped as the operator's cleanPodPolicy Running deletes their pods.
 
 ``torchrun``/``python`` at the head of a custom command become this interpreter. Each node gets a
 ``TMPDIR`` of its own (``NODES_DIR/<replica>/tmp``, emptied when it stops, as a pod's ``/tmp``
@@ -36,12 +18,12 @@ emptyDir), unless ``env`` sets one.
 Restarts: a node that exits non-zero stops the whole group (SIGTERM, then SIGKILL after
 ``grace_period_s``) and, if the failure is retryable and the restart budget is not used up, the
 group starts again on a fresh port; the trainer resumes from its newest checkpoint by itself.
-PyTorchJob and TFJob: their restart policy (ExitCode, the PyTorchJob's default: 1-127 permanent,
-signals/128-255 retryable; OnFailure, the TFJob's default, and Always: any failure; Never: none)
-and ``backoff_limit`` (a restarted TensorFlow program resumes from its own checkpoint).
-TrainJob: exit codes 1-127 are
-permanent (the launcher fails such a job fast on a cluster too), signals are retried up to 6
-times (a Kubernetes Job's default backoffLimit).
+The Training Operator's jobs: their restart policy (ExitCode, the PyTorchJob's default: 1-127
+permanent, signals/128-255 retryable; OnFailure, the TFJob's default, and Always: any failure;
+Never, the XGBoostJob's default: none) and ``backoff_limit`` (a restarted TensorFlow or XGBoost
+program resumes from its own checkpoint). TrainJob: exit codes 1-127 are permanent (the launcher
+fails such a job fast on a cluster too), signals are retried up to 6 times (a Kubernetes Job's
+default backoffLimit).
 """
 
 from __future__ import annotations
@@ -63,7 +45,15 @@ from typing import ClassVar
 
 from components.launcher.backends.base import DryRun, run_on
 from components.launcher.backends.common import ReplicaLogs
-from components.launcher.backends.tf_config import tf_config_env, tf_tasks
+from components.launcher.backends.contracts import (
+    CONTRACT_VARIABLES,
+    FIRST_REPLICA_SUCCEEDS,
+    local_api,
+    local_policy,
+    node_contract,
+    replica_names,
+    with_master,
+)
 from components.launcher.names import label_safe
 from components.launcher.options import LocalOptions
 from components.launcher.result import (
@@ -123,34 +113,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def local_api(spec: TrainSpec) -> str:
-    """The env contract to emulate: the spec's API; ``auto`` is the API of its options, else a
-    TrainJob (Kubeflow's current)."""
-    if spec.api == "auto":
-        return spec.api_options.API if spec.api_options is not None else "trainjob"
-    return spec.api
-
-
-def _with_master(spec: TrainSpec) -> bool:
-    """A PyTorchJob with a Master replica (not Workers only)."""
-    options = spec.pytorchjob
-    return bool(options and options.pytorch_master and not options.elastic)
-
-
-def replica_names(spec: TrainSpec) -> list[str]:
-    """Pod suffixes in node order: node-0.. (TrainJob); worker-0.. (PyTorchJob; master-0,
-    worker-0.. with ``pytorch_master``); chief-0, worker-0.., ps-0.. (TFJob)."""
-    if local_api(spec) == "tfjob":
-        return [task.name for task in tf_tasks(spec)]
-    if local_api(spec) == "trainjob":
-        if spec.runtime.is_mpi:
-            return ["launcher-0"]
-        return [f"node-{i}" for i in range(spec.workers)]
-    if not _with_master(spec):
-        return [f"worker-{i}" for i in range(spec.workers)]
-    return ["master-0"] + [f"worker-{i}" for i in range(spec.workers - 1)]
 
 
 class PathMapper:
@@ -249,7 +211,7 @@ class LocalRun:
         spec = self.spec
         return (
             self.api == "pytorchjob"
-            and _with_master(spec)
+            and with_master(spec)
             and spec.command is None
             and spec.nproc_per_node == 1
         )
@@ -315,68 +277,14 @@ class LocalRun:
 
     def _contract(self, rank: int, ports: list[int]) -> dict[str, str]:
         """The variables the controller gives node ``rank`` (``ports``: one per replica)."""
-        spec, port = self.spec, ports[0]  # the torch contracts meet at replica 0's port
-        if self.api == "tfjob":
-            tasks = tf_tasks(spec)
-            return tf_config_env(tasks, ports, tasks[rank])
-        if self.api == "trainjob" and spec.runtime.is_mpi:
-            return {
-                "OMPI_MCA_orte_default_hostfile": str(self.mpi_hostfile),
-                "OMPI_MCA_orte_set_default_slots": str(spec.nproc_per_node),
-                "MASTER_PORT": str(port),
-            }
-        contract = {
-            "PET_NNODES": str(spec.workers),
-            "PET_NPROC_PER_NODE": str(spec.nproc_per_node),
-            "PET_NODE_RANK": str(rank),
-            "PET_MASTER_ADDR": "127.0.0.1",
-            "PET_MASTER_PORT": str(port),
-        }
-        if self.api == "trainjob":
-            return contract
-        if not _with_master(spec):
-            return self._rendezvous_contract(port)
-        contract |= {
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "WORLD_SIZE": str(spec.world_size),
-            "RANK": str(rank),
-        }
-        if self._direct():
-            contract |= {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
-        return contract
-
-    def _rendezvous_contract(self, port: int) -> dict[str, str]:
-        """A Workers-only PyTorchJob: torchrun's c10d rendezvous (its store on the first node to
-        bind the port, as worker-0 hosts it in the cluster); no ranks, no master address."""
-        spec = self.spec
-        contract = {
-            "PET_NNODES": str(spec.workers),
-            "PET_NPROC_PER_NODE": str(spec.nproc_per_node),
-            "PET_RDZV_BACKEND": "c10d",
-            "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}",
-            "PET_RDZV_ID": spec.name,
-        }
-        options = spec.pytorchjob
-        if options is not None and options.elastic:
-            low, high = options.elastic_min_replicas, options.elastic_max_replicas
-            contract["PET_NNODES"] = f"{low}:{high}"
-            if options.max_restarts is not None:
-                contract["PET_MAX_RESTARTS"] = str(options.max_restarts)
-        return contract
+        return node_contract(
+            self.spec, rank, ports, mpi_hostfile=self.mpi_hostfile, direct=self._direct()
+        )
 
     def replica_env(self, rank: int, ports: list[int]) -> dict[str, str]:
         env = dict(os.environ)
         # Whatever this process inherited from a launcher of its own must not leak in.
-        for name in [k for k in env if k.startswith("PET_")] + [
-            "TF_CONFIG",
-            "RANK",
-            "WORLD_SIZE",
-            "LOCAL_RANK",
-            "LOCAL_WORLD_SIZE",
-            "MASTER_ADDR",
-            "MASTER_PORT",
-        ]:
+        for name in [k for k in env if k.startswith("PET_")] + list(CONTRACT_VARIABLES):
             env.pop(name, None)
         env.update({k: self.paths(v) for k, v in self.spec.merged_env().items()})
         if self.spec.s3_endpoint:
@@ -412,7 +320,7 @@ class LocalRun:
             reader.start()
             replicas.append(_Replica(name=name, rank=rank, proc=proc, reader=reader))
             self.on_event("started", {"replica": name, "pid": proc.pid, "attempt": attempt})
-        where = f"ports {ports}" if self.api == "tfjob" else f"MASTER_PORT={ports[0]}"
+        where = f"ports {ports}" if len(ports) > 1 else f"port {ports[0]}"
         self.logs.note(
             f"attempt {attempt}: started {len(replicas)} replica(s) on {where}: " + " ".join(cmd)
         )
@@ -525,9 +433,10 @@ class LocalRun:
             time.sleep(0.1)
 
     def _succeeded(self, codes: list[int | None]) -> bool:
-        """Every replica exited 0; a TFJob: its Chief did (the operator's default policy)."""
-        if self.api == "tfjob":
-            return codes[0] == 0  # chief-0
+        """Every replica exited 0; a TFJob or XGBoostJob: its Chief or Master did (the
+        operator's success policy)."""
+        if self.api in FIRST_REPLICA_SUCCEEDS:
+            return codes[0] == 0  # chief-0, master-0
         return all(c == 0 for c in codes)
 
     def _stop_the_rest(self, replicas: list[_Replica]) -> None:
@@ -582,7 +491,7 @@ class LocalRun:
         if earlier is not None:
             raise earlier
         self.logs.note(f"local {self.api} contract, {self.spec.workers} node(s)")
-        if self.api == "trainjob" and self.spec.runtime.is_mpi:
+        if self.api == "trainjob" and local_policy(self.spec) == "mpi":
             self._write_mpi_hostfile()
         return LocalJob(self, clock, self._start_group(clock.restarts))
 

@@ -14,6 +14,7 @@ from components.launcher.backends.kubernetes.clients import Clients
 from components.launcher.backends.kubernetes.permissions import Permission, required_permissions
 from components.launcher.result import PreflightError
 from components.launcher.spec import TrainSpec
+from components.launcher.spec_rules import ML_POLICIES
 from components.launcher.trainjob import DEFAULT_RUNTIME, DEFAULT_RUNTIME_KIND
 
 RBAC_HINT = "components/launcher/rbac.yaml (python -m components.launcher rbac)"
@@ -63,21 +64,40 @@ def check_runtime(clients: Clients, spec: TrainSpec, note: Callable[[str], None]
     check_policy(spec, kind, name, runtime)
 
 
+def runtime_policy(runtime: dict) -> str:
+    """A runtime's mlPolicy: the one framework key it sets (torch, mpi, xgboost...), else none."""
+    policy = (runtime.get("spec") or {}).get("mlPolicy") or {}
+    return next((key for key in ML_POLICIES if key in policy), "none")
+
+
 def check_policy(spec: TrainSpec, kind: str, name: str, runtime: dict) -> None:
-    """The runtime's policy is the one the job was built for (MPI or not)."""
-    mpi = "mpi" in ((runtime.get("spec") or {}).get("mlPolicy") or {})
-    if mpi == spec.runtime.is_mpi:
-        return
-    if mpi:
-        raise PreflightError(
-            f"the {kind} {name!r} is an MPI runtime (mlPolicy.mpi: a launcher pod runs the "
-            "command under mpirun, node pods run sshd): set mpi=true (api_options) so that the "
-            "launcher pod is built for it, with your program's command"
+    """The runtime's mlPolicy suits the job: the one the spec says (``ml_policy``, or known from
+    a Trainer runtime's name); when the spec says none, an MPI runtime (whose launcher pod the
+    job must patch) or our trainer on any policy but torch is refused."""
+    actual = runtime_policy(runtime)
+    expected = spec.runtime.policy
+    where = f"the {kind} {name!r} has mlPolicy {actual}"
+    if expected is not None and actual != expected:
+        said = (
+            f"ml_policy={expected}"
+            if spec.runtime.ml_policy is not None
+            else f"Kubeflow Trainer's own {name!r} has mlPolicy {expected}"
         )
-    raise PreflightError(
-        f"the {kind} {name!r} is not an MPI runtime (no mlPolicy.mpi): leave mpi unset, or "
-        "choose an MPI runtime"
-    )
+        raise PreflightError(
+            f"{where}, but {said}: set ml_policy={actual} (api_options), or choose a runtime "
+            f"with mlPolicy {expected} (runtime_name)"
+        )
+    if expected is None and actual == "mpi":
+        raise PreflightError(
+            f"{where} (a launcher pod runs the command under mpirun, node pods run sshd): set "
+            "ml_policy=mpi (api_options) so that the launcher pod is built for it, with your "
+            "program's command"
+        )
+    if spec.command is None and actual != "torch":
+        raise PreflightError(
+            f"{where}, and our trainer runs under torchrun (mlPolicy torch): choose a torch "
+            "runtime (runtime_name unset: torch-distributed), or give your program's command"
+        )
 
 
 def check_permissions(

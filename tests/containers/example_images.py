@@ -1,0 +1,88 @@
+"""Images of the examples' programs, built on our CPU image for the real node's tests.
+
+``xgboost_example_image``: ``examples/xgboost/train.py`` at ``/app/train.py`` with xgboost (CPU)
+and scikit-learn installed into the image's own environment from a wheelhouse made on this
+machine (``pip wheel`` with the project's pins, cached beside the CPU image's wheels), built
+without network like the CPU image, and labelled with the hash of its inputs: a warm suite finds
+it up to date.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.containers.podman import REPO, Podman
+
+CACHE = Path(os.environ.get("KFP_DDP_IMAGE_CACHE", Path.home() / ".cache" / "kfp-ddp" / "image"))
+XGBOOST_PACKAGES = ("xgboost-cpu", "scikit-learn")
+INPUTS_LABEL = "io.kfp-ddp.example-inputs"
+CONTAINERFILE = """\
+FROM {base}
+USER 0
+RUN python -m pip install --no-cache-dir --no-index --find-links /wheels {packages}
+COPY train.py /app/train.py
+USER 1000:1000
+"""
+
+
+def _pins(packages: tuple[str, ...]) -> list[str]:
+    """The project's pins of ``packages`` (constraints.txt)."""
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        name, _, version = line.partition("==")
+        if version:
+            pins[name.strip().lower()] = f"{name.strip()}=={version.strip()}"
+    return [pins.get(p, p) for p in packages]
+
+
+def wheelhouse(packages: tuple[str, ...]) -> Path:
+    """A folder with the wheels of ``packages`` and their dependencies (made once)."""
+    pins = _pins(packages)
+    constraints = (REPO / "constraints.txt").read_text()
+    key = hashlib.sha256(" ".join([*pins, constraints]).encode()).hexdigest()[:16]
+    folder = CACHE / f"example-wheels-{key}"
+    if not folder.is_dir():
+        partial = folder.with_name(folder.name + ".tmp")
+        subprocess.run(
+            [
+                *(sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(partial)),
+                *("-c", str(REPO / "constraints.txt"), *pins),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
+        partial.rename(folder)
+    return folder
+
+
+def xgboost_example_image(podman: Podman, cpu_image: str, folder: Path) -> str:
+    """The XGBoost example's image on ``cpu_image`` (built unless up to date)."""
+    program = REPO / "examples" / "xgboost" / "train.py"
+    packages = " ".join(_pins(XGBOOST_PACKAGES))
+    containerfile = CONTAINERFILE.format(base=cpu_image, packages=packages)
+    base_id = podman.run("image", "inspect", "--format", "{{.Id}}", cpu_image).stdout.strip()
+    digest = hashlib.sha256(
+        "\0".join([containerfile, base_id, program.read_text()]).encode()
+    ).hexdigest()[:16]
+    name = "localhost/kfp-ddp-xgb-example:test"
+    found = podman.run(
+        "image", "inspect", "--format", f'{{{{index .Labels "{INPUTS_LABEL}"}}}}', name, check=False
+    )
+    if found.returncode == 0 and found.stdout.strip() == digest:
+        return name
+    context = folder / "xgb-example"
+    context.mkdir(parents=True, exist_ok=True)
+    (context / "Containerfile").write_text(containerfile)
+    (context / "train.py").write_text(program.read_text())
+    podman.run(
+        "build", "--pull=never", "--network=none",
+        "--volume", f"{wheelhouse(XGBOOST_PACKAGES)}:/wheels:ro",
+        "--label", f"{INPUTS_LABEL}={digest}", "-t", name, str(context),
+        timeout=900,
+    )  # fmt: skip
+    return name

@@ -1,0 +1,70 @@
+"""XGBoost on the real node, as users run it (the launcher's ServiceAccount with the rendered
+Role, a namespace enforcing ``restricted``): the example program, in an image built on our CPU
+image with xgboost and scikit-learn and pulled from the loopback registry, trains as 2 pods
+around rank 0's tracker — an XGBoostJob (the Training Operator's Master + Worker, meeting at the
+master's Service) and a TrainJob on Kubeflow Trainer's ``xgboost-distributed`` runtime (node 0's
+JobSet hostname)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from components.launcher import run_job
+from components.launcher.backends.kubernetes import granted_permissions
+from tests.cluster.control_plane import TRAINER, load_documents
+from tests.containers.example_images import xgboost_example_image
+from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, options, refused, spec
+
+# One real node serves them all: files named test_real_node* run on one xdist worker.
+pytestmark = [pytest.mark.node, pytest.mark.slow]
+
+APIS = {
+    "xgboostjob": ({}, ["master-0", "worker-0"]),
+    "trainjob": ({"runtime_name": "xgboost-distributed"}, ["node-0", "node-1"]),
+}
+
+
+@pytest.fixture(scope="module")
+def xgb_image(podman, cpu_image, oci_registry, tmp_path_factory) -> str:
+    """The example's image, pushed where the node pulls from."""
+    built = xgboost_example_image(podman, cpu_image, tmp_path_factory.mktemp("xgb-image"))
+    return oci_registry.push_podman_image(
+        built, "kfp-ddp-xgb-example:test", env={"CONTAINERS_CONF": podman.env["CONTAINERS_CONF"]}
+    )
+
+
+@pytest.mark.parametrize("api", sorted(APIS))
+def test_two_pods_train_xgboost_around_rank_0s_tracker(node_cluster, node_k8s, xgb_image, api):
+    settings, replicas = APIS[api]
+    if api == "trainjob":
+        node_cluster.cluster.plane.apply(
+            load_documents(TRAINER / "runtimes" / "xgboost_distributed.yaml")
+        )
+    job = spec(
+        node_k8s,
+        api,
+        image=xgb_image,
+        command=["python", "/app/train.py"],
+        args=["--output-dir", "/tmp/out", "--epochs", "20", "--dataset", "wine"],
+        env={"OMP_NUM_THREADS": "1"},
+        cpu_request="500m",
+        memory_request="1Gi",
+        termination_grace_period_seconds=10,
+        **settings,
+    )
+    lines: list[str] = []
+    result = run_job(job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=400))
+    log = "\n".join(lines)
+    assert result.phase == "Succeeded", f"{result.reason}\n{log[-5000:]}"
+    for replica in replicas:  # both joined the tracker: rank + 1 summed over 2 ranks
+        assert re.search(rf"\[{replica}\] \[xgb-example\] rank \d/2: .*collective_sum=3\b", log), (
+            log[-5000:]
+        )
+    checksums = set(re.findall(r"\[xgb-example\] rank \d/2: .*model_checksum=(\w+)", log))
+    assert len(checksums) == 1, log[-5000:]  # the same trees on both pods
+    accuracy = re.search(r"rank 0/2: .*test_accuracy=([0-9.]+)", log)
+    assert accuracy and float(accuracy.group(1)) > 0.8, log[-3000:]
+    assert refused(node_k8s) <= OPTIONAL_READS, refused(node_k8s)
+    assert calls(node_k8s) - OPTIONAL_READS <= granted_permissions()
