@@ -1,9 +1,10 @@
 """KFP components of the launcher: thin wrappers, each body one call into ``step``.
 
 ``training_job_component`` runs the training job — a Kubeflow Trainer v2 TrainJob or a Training
-Operator v1 PyTorchJob (``api``: trainjob, pytorchjob or auto), a TFJob for a TensorFlow program
-(``api="tfjob"``), or local processes — and outputs the model folder (``Output[Model]``:
-weights.pt, model.json, metrics.jsonl, summary.json — a TensorFlow program's model/ tree instead;
+Operator v1 PyTorchJob (``api``: trainjob, pytorchjob or auto), a TFJob or an XGBoostJob for a
+TensorFlow or XGBoost program (``api="tfjob"``, ``"xgboostjob"``), or local processes — and
+outputs the model folder (``Output[Model]``: weights.pt, model.json, metrics.jsonl, summary.json —
+a TensorFlow or XGBoost program's model/ tree instead;
 metadata arch, val_accuracy, data_digest, job_name, job_api) and the training summary
 (``Output[Metrics]``).
 Its parameters are the fields of ``step.TrainingStepInputs``, declared once there:
@@ -35,7 +36,8 @@ TRAINING_OUTPUTS = (
 )
 """The training component's own parameters beside the step's inputs: its output artifacts."""
 TRAINING_SUMMARY = (
-    "Train on a cluster (TrainJob, PyTorchJob or TFJob) or locally; output the model and summary."
+    "Train on a cluster (TrainJob, PyTorchJob, TFJob or XGBoostJob) or locally; output the model "
+    "and summary."
 )
 TRAINING_RETURNS = """Returns:
     model: the model folder: weights.pt, model.json, metrics.jsonl, summary.json; metadata:
