@@ -336,7 +336,10 @@ class TrainSpec:
         XGBoostJob, a TrainJob on an XGBoost runtime), else ``pytorch`` (our trainer, or yours)."""
         if self.api == "tfjob":
             return "tensorflow"
-        if self.api == "xgboostjob" or (self.api == "trainjob" and self.runtime.is_xgboost):
+        # api=auto with TrainJob options (a runtime_name) can only become a TrainJob.
+        if self.api == "xgboostjob" or (
+            self.api in ("trainjob", "auto") and self.runtime.is_xgboost
+        ):
             return "xgboost"
         return "pytorch"
 
