@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 RUN_ID_LABEL = "kfp-ddp.io/run-id"
@@ -19,18 +21,6 @@ ISTIO_INJECT = "sidecar.istio.io/inject"
 PERMANENT_FAILURE = "kfp-ddp.io/permanent-failure"
 """Annotation on a job that failed for good (a program exit 1-127): why. A retried step finds
 it and fails at once instead of allocating the GPUs again."""
-TRAINER_XGBOOST_ENV = ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER")
-"""What Kubeflow Trainer's XGBoost runtime gives every node (its webhook refuses them in env)."""
-OPERATOR_XGBOOST_ENV = (
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "RANK",
-    "WORLD_SIZE",
-    "WORKER_ADDRS",
-    "WORKER_PORT",
-)
-"""What the Training Operator gives every XGBoostJob replica."""
-
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -82,3 +72,46 @@ def run_labels(run_id: str, task_name: str) -> dict[str, str]:
         RUN_ID_LABEL: label_safe(run_id) if run_id else "none",
         TASK_LABEL: label_safe(task_name) if task_name else "none",
     }
+
+
+@dataclass(frozen=True)
+class ControllerEnv:
+    """The variables a job's controller gives every pod: set in ``env`` too, they would clash
+    (the Trainer's webhook refuses a TrainJob that sets its own)."""
+
+    owner: str
+    names: tuple[str, ...] = ()
+    prefix: str = ""
+    """Every name that starts with it (``PET_``), besides ``names``."""
+
+    def taken(self, names: Iterable[str]) -> list[str]:
+        """Which of ``names`` the controller sets, sorted."""
+        return sorted(
+            n for n in names if n in self.names or (self.prefix and n.startswith(self.prefix))
+        )
+
+
+TRAINER_XGBOOST_ENV = ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER")
+"""What Kubeflow Trainer's XGBoost runtime gives every node."""
+OPERATOR_XGBOOST_ENV = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "WORKER_ADDRS",
+    "WORKER_PORT",
+)
+"""What the Training Operator gives every XGBoostJob replica."""
+
+
+def controller_env(api: str, ml_policy: str | None) -> ControllerEnv | None:
+    """What the controller of ``api`` (a TrainJob: on a runtime of ``ml_policy``) sets in every
+    pod (None: nothing we know of, or ``auto``, not yet decided)."""
+    if api == "trainjob":
+        names = TRAINER_XGBOOST_ENV if ml_policy == "xgboost" else ()
+        return ControllerEnv("the Trainer controller", names, prefix="PET_")
+    if api == "tfjob":
+        return ControllerEnv("the Training Operator", ("TF_CONFIG",))
+    if api == "xgboostjob":
+        return ControllerEnv("the Training Operator", OPERATOR_XGBOOST_ENV)
+    return None

@@ -23,12 +23,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.launcher.names import (
-    DNS1123_LABEL,
-    ENV_NAME,
-    OPERATOR_XGBOOST_ENV,
-    TRAINER_XGBOOST_ENV,
-)
+from components.launcher.names import DNS1123_LABEL, ENV_NAME, controller_env
 from components.launcher.pod_paths import (
     SCRATCH_ENV,
     host_path_problem,
@@ -142,6 +137,7 @@ def _env_problems(spec: Any, extras: PodExtras) -> list[tuple[str, str]]:
 
     found = []
     own = set(spec.merged_env()) | set(_s3_names(spec)) | set(SCRATCH_ENV)
+    controller = controller_env(spec.api, spec.runtime.policy)
     seen: set[str] = set()
     for var in extras.env:
         name = var.get("name") if isinstance(var, dict) else None
@@ -161,23 +157,10 @@ def _env_problems(spec: Any, extras: PodExtras) -> list[tuple[str, str]]:
             found.append(("pod_extras", f"env {name}: valueFrom allows {', '.join(ENV_SOURCES)}"))
         if name in own or name in seen:
             found.append(("pod_extras", f"env {name}: set twice (the spec sets it too)"))
-        if spec.api == "trainjob" and name.startswith("PET_"):
-            found.append(("pod_extras", f"env {name}: PET_* are set by the Trainer controller"))
-        if spec.api == "tfjob" and name == "TF_CONFIG":
-            found.append(("pod_extras", "env TF_CONFIG is set by the Training Operator"))
-        if name in _controller_env(spec):
-            found.append(("pod_extras", f"env {name} is set by the job's controller"))
+        if controller is not None and controller.taken([name]):
+            found.append(("pod_extras", f"env {name} is set by {controller.owner}"))
         seen.add(name)
     return found
-
-
-def _controller_env(spec: Any) -> tuple[str, ...]:
-    """The variables an XGBoost job's controller gives every pod."""
-    if spec.api == "xgboostjob":
-        return OPERATOR_XGBOOST_ENV
-    if spec.api == "trainjob" and spec.runtime.is_xgboost:
-        return TRAINER_XGBOOST_ENV
-    return ()
 
 
 def _s3_names(spec: Any) -> list[str]:

@@ -19,8 +19,7 @@ from components.launcher.names import (
     DNS1123_SUBDOMAIN,
     ENV_NAME,
     LABEL_VALUE,
-    OPERATOR_XGBOOST_ENV,
-    TRAINER_XGBOOST_ENV,
+    controller_env,
     qualified_name_ok,
 )
 from components.launcher.pod_paths import (
@@ -418,21 +417,14 @@ def _check_policies(spec: TrainSpec) -> None:
 
 def _check_api_support(spec: TrainSpec) -> None:
     """What the chosen API asks of the portable settings (its own options check themselves)."""
-    if spec.api == "trainjob":
-        reserved = sorted(k for k in spec.env if k.startswith("PET_"))
-        if reserved:
-            fail(
-                spec,
-                "env",
-                f"{reserved} are set by the Trainer controller (it rejects TrainJobs that "
-                "set PET_* names); leave them out",
-            )
+    controller = controller_env(spec.api, spec.runtime.policy)
+    taken = controller.taken(spec.env) if controller is not None else []
+    if controller is not None and taken:
+        fail(spec, "env", f"{taken} are set by {controller.owner} in every pod; leave them out")
     if spec.api == "trainjob":
         _check_runtime_policy(spec)
-    if spec.api == "tfjob":
-        _check_tensorflow_program(spec)
-    if spec.api == "xgboostjob":
-        _check_xgboost_program(spec, OPERATOR_XGBOOST_ENV, "the Training Operator")
+    if spec.api != "auto" and spec.framework != "pytorch":  # auto is checked once bound
+        _check_users_program(spec)
 
 
 _NOT_OUR_TRAINER = {
@@ -454,8 +446,7 @@ _NOT_OUR_TRAINER = {
 
 
 def _check_runtime_policy(spec: TrainSpec) -> None:
-    """What a TrainJob's runtime policy asks of the spec: our trainer only under torchrun;
-    XGBoost's own env left to the controller, one worker per node (or per GPU)."""
+    """What a TrainJob's runtime policy asks of the spec: our trainer only under torchrun."""
     policy = spec.runtime.policy
     if policy in _NOT_OUR_TRAINER and spec.command is None:
         raise SpecError(
@@ -463,69 +454,40 @@ def _check_runtime_policy(spec: TrainSpec) -> None:
             + _NOT_OUR_TRAINER[policy],
             field="runtime_name",
         )
-    if policy == "xgboost":
-        _check_xgboost_program(spec, TRAINER_XGBOOST_ENV, "the Trainer controller")
 
 
-def _check_xgboost_program(spec: TrainSpec, reserved: tuple[str, ...], owner: str) -> None:
-    """An XGBoost job runs the user's XGBoost program: their image and command, one worker per
-    pod (or per GPU), with the env its controller gives each pod."""
+USERS_PROGRAMS: dict[str, dict[str, str]] = {
+    "tensorflow": {
+        "image": "api=tfjob runs your TensorFlow program, and this default image holds our "
+        "PyTorch trainer without TensorFlow: set image to one with TensorFlow and your code",
+        "command": "api=tfjob needs your program's command, e.g. ['python', '/app/train.py'] (the "
+        "default command runs our PyTorch trainer, which is no TensorFlow program)",
+        "nproc_per_node": "a TFJob runs one TensorFlow process per pod "
+        "(MultiWorkerMirroredStrategy uses every GPU of its pod): keep nproc_per_node=1 and set "
+        "gpus_per_worker",
+    },
+    "xgboost": {
+        "image": "an XGBoost job runs your XGBoost program, and this default image holds our "
+        "PyTorch trainer without XGBoost: set image to one with xgboost and your code",
+        "command": "an XGBoost job needs your program's command, e.g. ['python', "
+        "'/app/train.py'] (the default command runs our PyTorch trainer)",
+        "nproc_per_node": "an XGBoost job runs one worker per pod, or one per GPU (set "
+        "gpus_per_worker): keep nproc_per_node=1",
+    },
+}
+"""Framework → what a job of the user's own program says of each setting it needs."""
+
+
+def _check_users_program(spec: TrainSpec) -> None:
+    """A TensorFlow or XGBoost job runs the user's program: their image and command, one process
+    per pod."""
+    why = USERS_PROGRAMS[spec.framework]
     if spec.image == DEFAULT_IMAGE:
-        fail(
-            spec,
-            "image",
-            "an XGBoost job runs your XGBoost program, and this default image holds our PyTorch "
-            "trainer without XGBoost: set image to one with xgboost and your code",
-        )
+        fail(spec, "image", why["image"])
     if spec.command is None:
-        fail(
-            spec,
-            "command",
-            "an XGBoost job needs your program's command, e.g. ['python', '/app/train.py'] (the "
-            "default command runs our PyTorch trainer)",
-        )
+        fail(spec, "command", why["command"])
     if spec.nproc_per_node != 1:
-        fail(
-            spec,
-            "nproc_per_node",
-            "an XGBoost job runs one worker per pod, or one per GPU (set gpus_per_worker): keep "
-            "nproc_per_node=1",
-        )
-    taken = sorted(set(spec.env) & set(reserved))
-    if taken:
-        fail(spec, "env", f"{taken} are set by {owner} for each worker; leave them out")
-
-
-def _check_tensorflow_program(spec: TrainSpec) -> None:
-    """A TFJob runs the user's TensorFlow program: their image and command, one per pod."""
-    if spec.image == DEFAULT_IMAGE:
-        fail(
-            spec,
-            "image",
-            "api=tfjob runs your TensorFlow program, and this default image holds our PyTorch "
-            "trainer without TensorFlow: set image to one with TensorFlow and your code",
-        )
-    if spec.command is None:
-        fail(
-            spec,
-            "command",
-            "api=tfjob needs your program's command, e.g. ['python', '/app/train.py'] (the "
-            "default command runs our PyTorch trainer, which is no TensorFlow program)",
-        )
-    if spec.nproc_per_node != 1:
-        fail(
-            spec,
-            "nproc_per_node",
-            "a TFJob runs one TensorFlow process per pod (MultiWorkerMirroredStrategy uses "
-            "every GPU of its pod): keep nproc_per_node=1 and set gpus_per_worker",
-        )
-    if "TF_CONFIG" in spec.env:
-        fail(
-            spec,
-            "env",
-            "TF_CONFIG is set by the Training Operator for each replica (cluster and task); "
-            "leave it out",
-        )
+        fail(spec, "nproc_per_node", why["nproc_per_node"])
 
 
 def _toleration_problem(toleration: Any) -> str:

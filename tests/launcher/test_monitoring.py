@@ -22,6 +22,7 @@ from tests.launcher.k8s_helpers import (
     ALL_APIS,
     APIS,
     MONITOR_ACCOUNT,
+    PROGRAMS,
     created,
     role_without,
     run,
@@ -35,7 +36,7 @@ REPLICAS = {
     "tfjob": "tfReplicaSpecs",
     "xgboostjob": "xgbReplicaSpecs",
 }
-USERS_PROGRAM = ("tfjob", "xgboostjob")
+USERS_PROGRAM = tuple(PROGRAMS)
 """APIs that run the user's program, one process per pod (no trainer flags)."""
 OWN_PORTS = {"xgboostjob": [{"name": "xgboostjob-port", "containerPort": 9999, "protocol": "TCP"}]}
 """Ports an API's container declares besides the metrics ports."""
