@@ -8,7 +8,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 RELEASE_IMAGE := ghcr.io/kfp-ddp/kfp-ddp:$(VERSION)
 IMAGE  ?= $(RELEASE_IMAGE)
 
-.PHONY: setup test lint format demo bench compile components image image-local constraints clean
+.PHONY: setup test lint format demo bench compile components image image-local image-mpi image-local-mpi constraints clean
 
 setup: $(STAMP)
 
@@ -60,6 +60,14 @@ image:
 # mmdebstrap, the wheels from this machine's pip): for machines without GPUs, and for the tests.
 image-local: setup
 	PYTHON=$(PY) image/build.sh local
+
+# The MPI variants ($(IMAGE)-mpi, localhost/kfp-ddp:$(VERSION)-cpu-mpi): the image plus OpenMPI and
+# sshd, for the MPI runtime manifests/kfp-ddp-mpi-runtime.yaml (image/mpi/).
+image-mpi:
+	IMAGE=$(IMAGE) image/build.sh release-mpi
+
+image-local-mpi: setup
+	PYTHON=$(PY) image/build.sh local-mpi
 
 constraints: setup
 	{ head -n 2 constraints.txt; $(PY) -m pip freeze --exclude-editable | sed -E 's/\+(cpu|cu[0-9]+)$$//'; } > constraints.txt.new

@@ -8,6 +8,11 @@
 #                           # a Debian base made by mmdebstrap from Debian's mirror, the wheels
 #                           # downloaded by this machine's pip (its configuration: index, proxy,
 #                           # find-links) and mounted into the build (podman, buildah)
+#   image/build.sh release-mpi  # $IMAGE-mpi: the CUDA image plus OpenMPI and sshd (image/mpi/),
+#                               # for Kubeflow Trainer MPI runtimes; apt in the build
+#   image/build.sh local-mpi    # localhost/kfp-ddp:VERSION-cpu-mpi: the same on the CPU image,
+#                               # without network (the Debian packages downloaded by this
+#                               # machine's apt, which must be Debian bookworm, mounted at /debs)
 #
 # Prints the built image's name last. The local image carries a label with a hash of everything
 # that goes into it; a second run with nothing changed builds nothing. Caches (the base's tarball,
@@ -42,7 +47,7 @@ fi
 # A hash of every file the build reads (the Dockerfile's COPYs and the build's own files).
 inputs_hash() {
   find Dockerfile .dockerignore pyproject.toml constraints.txt README.md image kfp_ddp trainer \
-    components pipelines -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 \
+    components pipelines -type f ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path 'image/mpi/*' -print0 \
     | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
 }
 
@@ -108,12 +113,91 @@ wheelhouse() {  # prints the folder of every wheel the CPU image installs
   echo "$folder"
 }
 
+# What the MPI layer installs (image/mpi/Containerfile); the .deb files of them and of every
+# dependency the image lacks, downloaded by this machine's apt against the image's own package
+# list (so exactly what dpkg needs there, nothing installed here).
+MPI_PACKAGES=(openmpi-bin openssh-server openssh-client)
+
+image_file() {  # image_file IMAGE PATH: prints a file of the image
+  case "$TOOL" in
+    buildah) local ctr; ctr=$(buildah from --pull-never "$1" 2>/dev/null)
+             buildah run --network=none "$ctr" cat "$2"; buildah rm "$ctr" > /dev/null ;;
+    *) "$TOOL" run --rm --network=none --user 0 --entrypoint cat "$1" "$2" ;;
+  esac
+}
+
+mpi_debs() {  # mpi_debs IMAGE: prints the folder of the .deb files the MPI layer installs
+  local status key folder
+  command -v apt-get > /dev/null || { say "local-mpi downloads Debian packages with apt-get (a Debian bookworm machine)"; exit 1; }
+  grep -q '^VERSION_CODENAME=bookworm' /etc/os-release \
+    || { say "local-mpi needs this machine's apt to be Debian bookworm's, the base's"; exit 1; }
+  status=$(mktemp)
+  image_file "$1" /var/lib/dpkg/status > "$status"
+  key=$( { echo "${MPI_PACKAGES[*]}"; cat "$status"; } | sha256sum | cut -c1-16)
+  folder=$CACHE/debs-$key
+  if [[ ! -f "$folder/COMPLETE" ]]; then
+    say "downloading ${MPI_PACKAGES[*]} and what the image lacks of their dependencies into $folder"
+    rm -rf "$folder.tmp" && mkdir -p "$folder.tmp/partial"
+    download() {
+      apt-get install -qq --download-only --no-install-recommends -y \
+        -o Dir::State::status="$status" -o Dir::Cache::archives="$folder.tmp" \
+        -o Debug::NoLocking=1 "${MPI_PACKAGES[@]}" > "$folder.tmp.log" 2>&1
+    }
+    local got=no
+    if download; then got=yes
+    # No package lists here (a slim machine): root fetches them once, then tries again.
+    elif [[ "$(id -u)" == 0 ]] && apt-get update -qq > /dev/null 2>&1 && download; then got=yes
+    fi
+    if [[ "$got" != yes ]]; then
+      cat "$folder.tmp.log" >&2
+      say "apt-get could not download them (is 'apt-get update' needed?)"
+      rm -f "$status"
+      exit 1
+    fi
+    rm -rf "$folder.tmp/partial" "$folder.tmp/lock" "$folder.tmp.log"
+    touch "$folder.tmp/COMPLETE"
+    rm -rf "$folder" && mv "$folder.tmp" "$folder"
+  fi
+  rm -f "$status"
+  echo "$folder"
+}
+
+build_mpi() {  # build_mpi BASE NAME [EXTRA...]: the MPI layer on BASE
+  local base=$1 name=$2 hash
+  shift 2
+  hash=$( { "$TOOL" image inspect --format '{{.Id}}' "$base" 2>/dev/null || echo "$base"; \
+            cat image/mpi/*; } | sha256sum | cut -c1-16)
+  if [[ "$(image_label "$name" "$INPUTS_LABEL")" == "$hash" ]]; then
+    say "$name is up to date (inputs $hash)"
+    return
+  fi
+  say "building $name (MPI on $base) with $TOOL, inputs $hash"
+  case "$TOOL" in
+    docker) docker build --build-arg "BASE_IMAGE=$base" "$@" --label "$INPUTS_LABEL=$hash" -t "$name" image/mpi ;;
+    podman) podman build --build-arg "BASE_IMAGE=$base" "$@" --label "$INPUTS_LABEL=$hash" -t "$name" image/mpi ;;
+    buildah) buildah bud --build-arg "BASE_IMAGE=$base" "$@" --label "$INPUTS_LABEL=$hash" -t "$name" image/mpi ;;
+  esac
+}
+
 common=(--build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION")
 case "${1:-}" in
   release)
     name=${IMAGE:-ghcr.io/kfp-ddp/kfp-ddp:$VERSION}
     say "building $name (CUDA) with $TOOL"
     build "${common[@]}" -t "$name"
+    ;;
+  release-mpi)
+    base=${IMAGE:-ghcr.io/kfp-ddp/kfp-ddp:$VERSION}
+    has_image "$base" || { say "no $base here: build it first (image/build.sh release)"; exit 1; }
+    name=$base-mpi
+    build_mpi "$base" "$name"
+    ;;
+  local-mpi)
+    base=$("$0" local | tail -n 1)
+    name=$base-mpi
+    extra=(--pull=never --network=none --volume "$(mpi_debs "$base"):/debs:ro")
+    [[ "$TOOL" == docker ]] && extra=()  # docker build cannot mount them: apt in the build
+    build_mpi "$base" "$name" "${extra[@]}"
     ;;
   local)
     name=${IMAGE:-localhost/kfp-ddp:$VERSION-cpu}
@@ -134,7 +218,7 @@ case "${1:-}" in
     fi
     ;;
   *)
-    echo "usage: $0 release|local" >&2
+    echo "usage: $0 release|local|release-mpi|local-mpi" >&2
     exit 2
     ;;
 esac

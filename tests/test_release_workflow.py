@@ -156,10 +156,35 @@ def test_the_images_are_the_makefiles_release_image_and_its_cpu_variant(tmp_path
         else:
             assert "BASE_IMAGE" not in args  # the Dockerfile's default: the CUDA base
     assert tags == {"cuda": DEFAULT_IMAGE, "cpu": f"{DEFAULT_IMAGE}-cpu"}
-    (sign,) = [s for s in job["steps"] if "cosign sign" in s.get("run", "")]
-    assert sign["run"].strip() == 'cosign sign --yes "${REPOSITORY}@${DIGEST}"'
-    assert sign["env"]["DIGEST"] == "${{ steps.build.outputs.digest }}"
-    assert expand(sign["env"]["REPOSITORY"], values) == DEFAULT_IMAGE.rsplit(":", 1)[0]
+    signs = [s for s in job["steps"] if "cosign sign" in s.get("run", "")]
+    for sign, built in zip(signs, ("build", "build-mpi"), strict=True):  # every pushed digest
+        assert sign["run"].strip() == 'cosign sign --yes "${REPOSITORY}@${DIGEST}"'
+        assert sign["env"]["DIGEST"] == f"${{{{ steps.{built}.outputs.digest }}}}"
+        assert expand(sign["env"]["REPOSITORY"], values) == DEFAULT_IMAGE.rsplit(":", 1)[0]
+
+
+def test_each_image_has_its_mpi_variant_the_mpi_runtime_names(tmp_path: Path) -> None:
+    """image/mpi/ on top of the digest just pushed, tagged -mpi: the image our MPI runtime
+    (manifests/kfp-ddp-mpi-runtime.yaml) names for this version."""
+    values = released(tmp_path)
+    job = workflow()["jobs"]["image"]
+    (mpi,) = [s for s in job["steps"] if s.get("id") == "build-mpi"]
+    assert mpi["with"]["context"] == "image/mpi" and mpi["with"]["push"] is True
+    digest = {"steps.build.outputs.digest": "sha256:PUSHED"}
+    base = expand(mpi["with"]["build-args"], values | digest).strip()
+    assert base == f"BASE_IMAGE={DEFAULT_IMAGE.rsplit(':', 1)[0]}@sha256:PUSHED"
+    tags = set()
+    for variant in job["strategy"]["matrix"]["include"]:
+        matrix = {f"matrix.{k}": v for k, v in variant.items() if isinstance(v, str)}
+        tags.add(expand(mpi["with"]["tags"], values | matrix))
+    assert tags == {f"{DEFAULT_IMAGE}-mpi", f"{DEFAULT_IMAGE}-cpu-mpi"}
+    runtime = yaml.safe_load((ROOT / "manifests" / "kfp-ddp-mpi-runtime.yaml").read_text())
+    images = {
+        container["image"]
+        for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        for container in job["template"]["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {f"{DEFAULT_IMAGE}-mpi"}
 
 
 def test_the_release_compiles_for_exactly_the_released_image(tmp_path: Path) -> None:

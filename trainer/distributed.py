@@ -234,8 +234,9 @@ HOSTFILE_ENV = "OMPI_MCA_orte_default_hostfile"
 
 def _mpi_env(environ: Mapping[str, str]) -> DistEnv:
     """Who this process is under OpenMPI's ``mpirun``: ``OMPI_COMM_WORLD_*`` give the ranks; rank
-    0 (whose address the others meet at) runs on the hostfile's first host, as mpirun places
-    ranks by slot: MASTER_ADDR, else that host, else this machine when every rank runs here."""
+    0's address (where the others meet) is MASTER_ADDR (``trainer.mpirun`` works it out: mpirun's
+    own machine when the hostfile lists it, else the first host), else the hostfile's first host,
+    else this machine when every rank runs here."""
     rank = _int_env(environ, "OMPI_COMM_WORLD_RANK")
     world = _int_env(environ, "OMPI_COMM_WORLD_SIZE")
     local_rank = _int_env(environ, "OMPI_COMM_WORLD_LOCAL_RANK") or 0

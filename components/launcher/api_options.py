@@ -136,8 +136,10 @@ class TrainJobOptions:
         "mlx-distributed": "mpi",
         "xgboost-distributed": "xgboost",
         "jax-distributed": "jax",
+        "kfp-ddp-mpi": "mpi",
     }
-    """Kubeflow Trainer v2.3's own ClusterTrainingRuntimes → their mlPolicy."""
+    """Kubeflow Trainer v2.3's own ClusterTrainingRuntimes and ours (manifests/) → their
+    mlPolicy."""
 
     def __post_init__(self) -> None:
         _name(self, "runtime_name", DNS1123_SUBDOMAIN, 253, "torch-distributed")

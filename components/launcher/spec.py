@@ -91,6 +91,10 @@ __all__ = [  # the spec's vocabulary lives in spec_rules; importers find it here
 
 
 DEFAULT_COMMAND = ("python", "-m", "trainer.torchrun", "-m", "trainer.train")
+MPI_TRAINER = ("python", "-m", "trainer.mpirun")
+"""What starts our trainer on an MPI runtime's launcher: mpirun, on every slot of the hostfile."""
+MPI_FIRST_ON_EACH_NODE = "--first-on-each-node"
+"""``trainer.mpirun``'s flag for a command line run once on every host before the program."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -390,8 +394,19 @@ class TrainSpec:
         return dataclasses.replace(self, api=api, api_options=bind(self.api_options, api))
 
     def container_command(self) -> list[str]:
-        """The container command (the default runs the trainer through torchrun)."""
-        return list(self.command) if self.command is not None else list(DEFAULT_COMMAND)
+        """The container command (the default runs the trainer through torchrun; on an MPI
+        runtime through ``trainer.mpirun``, from the launcher pod)."""
+        if self.command is not None:
+            return list(self.command)
+        if self.mpi_trainer:
+            return [*MPI_TRAINER, "-m", "trainer.train"]
+        return list(DEFAULT_COMMAND)
+
+    @property
+    def mpi_trainer(self) -> bool:
+        """Whether our trainer runs on an MPI runtime (a TrainJob): started by mpirun from the
+        launcher pod over SSH on node pods that run sshd in this spec's image."""
+        return self.command is None and self.api == "trainjob" and self.runtime.is_mpi
 
     def container_args(self) -> list[str]:
         """The container's arguments: ``args``, plus ``--device cuda`` for our trainer on GPUs.

@@ -427,13 +427,19 @@ def _check_api_support(spec: TrainSpec) -> None:
         _check_users_program(spec)
 
 
+MPI_RUNTIME_FOR_OUR_TRAINER = "kfp-ddp-mpi"
+"""The ClusterTrainingRuntime we ship (``manifests/kfp-ddp-mpi-runtime.yaml``): an MPI runtime
+whose node pods run sshd in our image's MPI variant (``image/build.sh local-mpi|release-mpi``)."""
+
 _NOT_OUR_TRAINER = {
     "mpi": (
-        "it is an MPI runtime, whose node pods run sshd in the runtime's own image and only its "
-        "launcher pod runs this spec's image and command, so our trainer would not be on the "
-        "nodes: train with the torch-distributed runtime (runtime_name unset), or give your "
-        "program's command (in an image with OpenMPI, run on the launcher; `python -m "
-        "trainer.mpirun` starts a program on every slot of the runtime's hostfile)"
+        "it is one of Kubeflow Trainer's own MPI runtimes, whose node pods run sshd in the "
+        "runtime's own image (only its launcher pod runs this spec's image), so our trainer "
+        f"would not be on the nodes: install {MPI_RUNTIME_FOR_OUR_TRAINER!r} "
+        "(manifests/kfp-ddp-mpi-runtime.yaml, with our image's MPI variant) and set "
+        f"runtime_name={MPI_RUNTIME_FOR_OUR_TRAINER}, or train with the torch-distributed runtime "
+        "(runtime_name unset), or give your program's command (in an image with OpenMPI; "
+        "`python -m trainer.mpirun` starts a program on every slot of the runtime's hostfile)"
     ),
     "xgboost": (
         "it is an XGBoost runtime (the DMLC_* env of XGBoost's collective on every node), and "
@@ -442,18 +448,31 @@ _NOT_OUR_TRAINER = {
         "examples/xgboost)"
     ),
 }
-"""Runtime policies that cannot run our trainer → why, and what to do instead."""
+"""Runtime policies that cannot run our trainer → why, and what to do instead. An MPI runtime
+can, when its node pods run our image (ours, or a cluster's own: pre-flight compares the
+images); Kubeflow Trainer's own cannot."""
+
+
+TRAINERS_OWN_MPI_RUNTIMES = ("deepspeed-distributed", "mlx-distributed")
+"""Kubeflow Trainer's own MPI ClusterTrainingRuntimes: their node pods run their own images."""
 
 
 def _check_runtime_policy(spec: TrainSpec) -> None:
-    """What a TrainJob's runtime policy asks of the spec: our trainer only under torchrun."""
-    policy = spec.runtime.policy
-    if policy in _NOT_OUR_TRAINER and spec.command is None:
-        raise SpecError(
-            f"TrainSpec.runtime_name={spec.runtime.runtime_name!r} is invalid: "
-            + _NOT_OUR_TRAINER[policy],
-            field="runtime_name",
-        )
+    """What a TrainJob's runtime policy asks of the spec: our trainer under torchrun, or under
+    mpirun on an MPI runtime that is not one of Kubeflow Trainer's own."""
+    runtime = spec.runtime
+    if spec.command is not None or runtime.policy not in _NOT_OUR_TRAINER:
+        return
+    trainers_own = runtime.runtime_kind in (None, "ClusterTrainingRuntime") and (
+        runtime.runtime_name in TRAINERS_OWN_MPI_RUNTIMES
+    )
+    if runtime.policy == "mpi" and not trainers_own:
+        return
+    raise SpecError(
+        f"TrainSpec.runtime_name={runtime.runtime_name!r} is invalid: "
+        + _NOT_OUR_TRAINER[runtime.policy],
+        field="runtime_name",
+    )
 
 
 USERS_PROGRAMS: dict[str, dict[str, str]] = {

@@ -26,12 +26,13 @@ v1 restart/cleanup policies) is refused by ``TrainSpec`` for ``api="trainjob"``.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from kubeflow_trainer_api import models as tm
 
 from components.launcher import monitoring, pod_parts, pod_security
-from components.launcher.spec import TrainSpec
+from components.launcher.spec import MPI_FIRST_ON_EACH_NODE, MPI_TRAINER, TrainSpec
 
 API_GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -49,13 +50,9 @@ PATCH_MANAGER = "kfp-ddp.io/launcher"
 def _trainer(spec: TrainSpec) -> tm.TrainerV1alpha1Trainer:
     resources = pod_parts.resources(spec)
     env = pod_parts.env_vars(spec)
-    # A TrainJob cannot add an init container (runtime patches only patch the runtime's own), so
-    # a node stages its data in the same container, then execs the training command.
-    staging = spec.stage_command()
-    command = [*staging, "--", *spec.container_command()] if staging else spec.container_command()
     return tm.TrainerV1alpha1Trainer(
         image=spec.image,
-        command=command,
+        command=_command(spec),
         args=spec.container_args() or None,
         env=[tm.IoK8sApiCoreV1EnvVar.from_dict(e) for e in pod_parts.plain(env)],
         numNodes=spec.workers,
@@ -65,6 +62,19 @@ def _trainer(spec: TrainSpec) -> tm.TrainerV1alpha1Trainer:
         if resources
         else None,
     )
+
+
+def _command(spec: TrainSpec) -> list[str]:
+    """The trainer's command. A TrainJob cannot add an init container (runtime patches only patch
+    the runtime's own), so a node stages its data in the same container, then execs the training
+    command. On an MPI runtime the node pods run sshd alone: mpirun stages the data on each of
+    them (the launcher too, when it is a node) before starting our trainer."""
+    staging = spec.stage_command()
+    if not staging:
+        return spec.container_command()
+    if spec.mpi_trainer:
+        return [*MPI_TRAINER, MPI_FIRST_ON_EACH_NODE, shlex.join(staging), "-m", "trainer.train"]
+    return [*staging, "--", *spec.container_command()]
 
 
 def _pod_spec_patch(spec: TrainSpec) -> tm.TrainerV1alpha1PodSpecPatch:

@@ -17,6 +17,7 @@ from trainer.distributed import read_hostfile
 
 MPI_PROGRAM = ["python", "-m", "trainer.mpirun", "/app/train.py"]
 JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+OUR_RUNTIME = Path(__file__).parents[2] / "manifests" / "kfp-ddp-mpi-runtime.yaml"
 
 
 @pytest.fixture
@@ -71,20 +72,86 @@ def test_an_mpi_trainjob_becomes_sshd_nodes_and_a_launcher_with_the_hostfile(
         core.read_namespaced_config_map("mpi-mpi-hostfile", restricted).data["hostfile"]
     )
     hosts = read_hostfile(str(hostfile))
-    # 3 nodes x 2 slots; rank 0 (mpirun places ranks by slot) on the first host: a node pod,
-    # which is where trainer.mpirun points every rank's MASTER_ADDR
+    # 3 nodes x 2 slots: 2 node pods, then the launcher (a node too: runLauncherAsNode)
     assert sum(slots for _, slots in hosts) == spec.world_size == 6
     assert hosts[0] == ("mpi-node-0-0.mpi", 2)
     assert ("mpi-launcher-0-0.mpi", 2) in hosts
 
 
-def test_our_trainer_on_an_mpi_runtime_is_refused_naming_the_runtime():
+def test_our_trainer_on_trainers_own_mpi_runtimes_is_refused_naming_the_runtime():
     with pytest.raises(SpecError) as err:
         TrainSpec.flat(api="trainjob", name="mpi", runtime_name="deepspeed-distributed")
     assert err.value.field == "runtime_name" and "sshd in the runtime's own image" in str(err.value)
-    # a runtime of one's own says it is MPI with ml_policy="mpi"
-    with pytest.raises(SpecError, match="MPI runtime"):
-        TrainSpec.flat(api="trainjob", name="mpi", runtime_name="my-horovod", ml_policy="mpi")
+    assert "runtime_name=kfp-ddp-mpi" in str(err.value)  # what to do instead
+    # ours, or a runtime of one's own that says it is MPI (pre-flight compares its node image)
+    for settings in ({"runtime_name": "kfp-ddp-mpi"}, {"runtime_name": "mine", "ml_policy": "mpi"}):
+        spec = TrainSpec.flat(api="trainjob", name="mpi", **settings)
+        assert spec.container_command() == ["python", "-m", "trainer.mpirun", "-m", "trainer.train"]
     TrainSpec.flat(
         api="trainjob", name="mpi", runtime_name="my-horovod", command=MPI_PROGRAM, ml_policy="mpi"
     )
+
+
+def _our_runtime(image: str) -> dict:
+    (runtime,) = load_documents(OUR_RUNTIME)
+    for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        for container in job["template"]["spec"]["template"]["spec"]["containers"]:
+            container["image"] = image
+    return runtime
+
+
+def test_our_mpi_runtime_runs_our_trainer_from_the_launcher_and_sshd_on_the_nodes(
+    cluster, restricted
+):
+    """manifests/kfp-ddp-mpi-runtime.yaml, applied as shipped (but for the image): the real
+    Trainer controller turns our trainer's TrainJob into an sshd node pod and a launcher pod that
+    stages the data on every node and runs mpirun, both admitted under restricted."""
+    image = "registry.example.com/team/kfp-ddp:1-mpi"
+    cluster.plane.apply([_our_runtime(image)])
+    spec = TrainSpec.flat(
+        api="trainjob",
+        name="ours",
+        namespace=restricted,
+        workers=2,
+        run_id="r",
+        runtime_name="kfp-ddp-mpi",
+        image=image,
+        stage_data_uri="s3://bucket/data",
+    )
+    client.CustomObjectsApi(cluster.clients()).create_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", restricted, "trainjobs", build_trainjob(spec)
+    )
+    (node,) = created_pods(cluster, restricted, f"{JOB}=node", 1)
+    (container,) = node.spec.containers
+    assert container.image == image
+    assert container.command == ["/usr/sbin/sshd"]
+    assert container.security_context.read_only_root_filesystem is True  # our patch
+    mounts = {m.mount_path for m in container.volume_mounts}
+    assert {"/home/kfp-ddp/.ssh", "/home/kfp-ddp", "/tmp", "/stage"} <= mounts, mounts
+    cluster.kubelet.run(node)
+    (launcher,) = created_pods(cluster, restricted, f"{JOB}=launcher", 1)
+    (container,) = launcher.spec.containers
+    assert container.command[:5] == [
+        *("python", "-m", "trainer.mpirun", "--first-on-each-node"),
+        "python -m components.s3_sync.stage --source s3://bucket/data --root /stage "
+        "--link /stage/current",
+    ]
+    assert container.command[5:] == ["-m", "trainer.train"]
+
+
+def test_preflight_refuses_our_trainer_where_the_mpi_nodes_run_another_image():
+    from components.launcher.backends.kubernetes.preflight import (
+        PreflightError,
+        check_policy,
+        runtime_node_image,
+    )
+
+    runtime = _our_runtime("registry.example.com/team/kfp-ddp:1-mpi")
+    assert runtime_node_image(runtime) == "registry.example.com/team/kfp-ddp:1-mpi"
+    ours = TrainSpec.flat(
+        api="trainjob", name="mpi", runtime_name="kfp-ddp-mpi", image=runtime_node_image(runtime)
+    )
+    check_policy(ours, "ClusterTrainingRuntime", "kfp-ddp-mpi", runtime)
+    other = TrainSpec.flat(api="trainjob", name="mpi", runtime_name="kfp-ddp-mpi", image="other:1")
+    with pytest.raises(PreflightError, match="node pods run the image 'registry.example.com"):
+        check_policy(other, "ClusterTrainingRuntime", "kfp-ddp-mpi", runtime)

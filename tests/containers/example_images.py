@@ -1,5 +1,7 @@
 """Images of the examples' programs, built on our CPU image for the real node's tests.
 
+``mpi_image``: our image plus OpenMPI and sshd (``image/build.sh local-mpi``).
+
 ``xgboost_example_image``: ``examples/xgboost/train.py`` at ``/app/train.py`` with xgboost (CPU)
 and scikit-learn installed into the image's own environment from a wheelhouse made on this
 machine (``pip wheel`` with the project's pins, cached beside the CPU image's wheels), built
@@ -85,4 +87,22 @@ def xgboost_example_image(podman: Podman, cpu_image: str, folder: Path) -> str:
         "--label", f"{INPUTS_LABEL}={digest}", "-t", name, str(context),
         timeout=900,
     )  # fmt: skip
+    return name
+
+
+def mpi_image(podman: Podman, cpu_image: str) -> str:
+    """Our image's MPI variant on ``cpu_image`` (``image/build.sh local-mpi``: OpenMPI and sshd
+    from Debian packages this machine's apt downloads, no network in the build)."""
+    result = subprocess.run(
+        [str(REPO / "image" / "build.sh"), "local-mpi"],
+        cwd=REPO,
+        env={**podman.env, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"image/build.sh local-mpi failed:\n{result.stderr[-4000:]}")
+    name = result.stdout.strip().splitlines()[-1]
+    assert name == f"{cpu_image}-mpi", (name, cpu_image)
     return name

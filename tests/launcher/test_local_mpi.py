@@ -55,3 +55,17 @@ def test_a_dry_run_shows_one_launcher_with_the_runtimes_hostfile(tmp_path: Path)
     hostfile = launcher["env"]["OMPI_MCA_orte_default_hostfile"]
     assert hostfile.endswith("mpi-local.hostfile") and "MASTER_PORT" in launcher["env"]
     assert launcher["command"][:4] == [sys.executable, "-m", "trainer.mpirun", "-m"]
+
+
+def test_our_trainer_on_our_mpi_runtime_needs_no_command(tmp_path: Path):
+    """``runtime_name=kfp-ddp-mpi`` and no ``command``: the launcher replica starts our trainer
+    under ``trainer.mpirun`` by itself."""
+    spec = _spec(tmp_path, runtime_name="kfp-ddp-mpi", command=None)
+    assert spec.container_command() == MPI_TRAINER
+    lines: list[str] = []
+    options = LocalOptions(log=lines.append, workdir=tmp_path, handle_sigterm=False)
+    result = run_job(spec, backend="local", options=options)
+    assert result.phase == "Succeeded", "\n".join(lines)
+    assert any(line.startswith("[launcher-0] [mpirun] mpirun -np 2 ") for line in lines), lines
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["world_size"] == 2

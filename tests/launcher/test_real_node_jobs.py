@@ -59,7 +59,7 @@ def trainer_spec(ns, api: str, node_cluster, bucket_uri: str, *, extra: list[str
     return spec(
         ns,
         api,
-        image=node_cluster.image,
+        image=kw.pop("image", node_cluster.image),
         stage_data_uri=f"{bucket_uri}/data",
         s3_endpoint=node_cluster.s3.endpoint_url,
         s3_credentials_secret=SECRET,

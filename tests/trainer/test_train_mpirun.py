@@ -95,3 +95,77 @@ def test_the_mpi_launcher_without_a_hostfile_says_where_it_runs(tmp_path):
         timeout=60,
     )
     assert done.returncode == 2 and "OMPI_MCA_orte_default_hostfile is not set" in done.stderr
+
+
+def _launch(tmp_path, *argv: str, slots: int = 2) -> subprocess.CompletedProcess:
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(f"localhost slots={slots}\n")
+    env = base_env() | {"OMPI_MCA_orte_default_hostfile": str(hostfile)}
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.mpirun", *argv],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_mpi_launcher_runs_a_command_once_on_each_host_before_the_program(tmp_path):
+    """``--first-on-each-node``: how the launcher stages the data on every node pod (which run
+    sshd alone) before the ranks start; here one host of 2 slots: once, then 2 ranks."""
+    marks = tmp_path / "marks"
+    first = f"python -c \"open('{marks}', 'a').write('staged\\n'); print('first done')\""
+    rank = (
+        "import os, pathlib; r = os.environ['OMPI_COMM_WORLD_RANK']; "
+        "pathlib.Path(%r, 'rank-' + r).write_text(str(os.path.exists(%r)))"
+    )
+    done = _launch(
+        tmp_path, "--first-on-each-node", first, "-c", rank % (str(tmp_path), str(marks))
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert marks.read_text() == "staged\n"  # once per host, not once per slot
+    # both ranks ran, after the first command had
+    assert [(tmp_path / f"rank-{r}").read_text() for r in (0, 1)] == ["True", "True"], said
+
+
+def test_a_failing_first_command_stops_the_mpi_launcher_before_the_program(tmp_path):
+    done = _launch(
+        tmp_path, "--first-on-each-node", "python -c 'raise SystemExit(3)'", "-c", "print('ran')"
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode == 3, said
+    assert "--first-on-each-node failed (exit 3): not training" in said
+    assert "ran" not in done.stdout.replace("[mpirun]", "")
+
+
+def test_once_per_host_places_one_process_on_every_host_of_the_hostfile(tmp_path):
+    from trainer.mpirun import mpirun_command
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("job-node-0-0.job slots=4\njob-launcher-0-0.job slots=4\n")
+    environ = {"OMPI_MCA_orte_default_hostfile": str(hostfile), "S3_ENDPOINT_URL": "http://s3"}
+    command = mpirun_command(["python", "-m", "stage"], environ, once_per_host=True)
+    assert command[:5] == ["mpirun", "-np", "2", "--map-by", "ppr:1:node"]
+    assert command[-3:] == [sys.executable, "-m", "stage"]  # this interpreter, not PATH's
+    assert "-x" in command and "S3_ENDPOINT_URL" in command
+    assert "MASTER_ADDR=job-node-0-0.job" in command
+    ranks = mpirun_command(["-m", "trainer.train"], environ)
+    assert ranks[:3] == ["mpirun", "-np", "8"]
+
+
+def test_rank_0_is_on_mpiruns_own_machine_when_the_hostfile_lists_it(tmp_path):
+    """mpirun fills its own machine's slots first when it is in the hostfile (a launcher that
+    is a node too): that is where rank 0 listens, whatever the hostfile's order."""
+    import socket
+
+    from trainer.mpirun import mpirun_command
+
+    hostfile = tmp_path / "hostfile"
+    own = f"{socket.gethostname().split('.')[0]}.job"
+    hostfile.write_text(f"job-node-0-0.job slots=1\n{own} slots=1\n")
+    command = mpirun_command(
+        ["-m", "trainer.train"], {"OMPI_MCA_orte_default_hostfile": str(hostfile)}
+    )
+    assert f"MASTER_ADDR={own}" in command

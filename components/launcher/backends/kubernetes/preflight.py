@@ -93,11 +93,38 @@ def check_policy(spec: TrainSpec, kind: str, name: str, runtime: dict) -> None:
             "ml_policy=mpi (api_options) so that the launcher pod is built for it, with your "
             "program's command"
         )
-    if spec.command is None and actual != "torch":
+    if spec.command is None and actual == "mpi":
+        node_image = runtime_node_image(runtime)
+        if node_image != spec.image:
+            raise PreflightError(
+                f"{where}, and its node pods run the image {node_image!r}, not this job's "
+                f"{spec.image!r}: under mpirun our trainer runs on every node pod, over SSH, in "
+                "the node pods' image. Set image to the runtime's node image if it is our "
+                "image's MPI variant, or use a runtime whose node pods run yours "
+                "(manifests/kfp-ddp-mpi-runtime.yaml with your image: runtime_name=kfp-ddp-mpi)"
+            )
+    elif spec.command is None and actual != "torch":
         raise PreflightError(
-            f"{where}, and our trainer runs under torchrun (mlPolicy torch): choose a torch "
-            "runtime (runtime_name unset: torch-distributed), or give your program's command"
+            f"{where}, and our trainer runs under torchrun (mlPolicy torch) or mpirun (mlPolicy "
+            "mpi): choose such a runtime (runtime_name unset: torch-distributed), or give your "
+            "program's command"
         )
+
+
+def runtime_node_image(runtime: dict) -> str | None:
+    """The image of the ``node`` container in a runtime's ``node`` replicated job (None if it
+    has none)."""
+    jobs = (((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+        "replicatedJobs"
+    ) or []
+    for job in jobs:
+        if job.get("name") != "node":
+            continue
+        pod = ((job.get("template") or {}).get("spec") or {}).get("template") or {}
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            if container.get("name") == "node":
+                return container.get("image")
+    return None
 
 
 def check_permissions(
