@@ -31,8 +31,10 @@ ARG VARIANT=cuda
 # or a new test tool in pyproject.toml).
 FROM ${BASE_IMAGE} AS requirements
 ARG VARIANT
+# Extras of pyproject.toml to install too, comma-separated: `ray` for a RayJob's image (api=rayjob).
+ARG EXTRAS=""
 COPY pyproject.toml constraints.txt image/dependencies.py /src/
-RUN python3 /src/dependencies.py /src/pyproject.toml > /src/requirements.txt \
+RUN python3 /src/dependencies.py /src/pyproject.toml --extras "${EXTRAS}" > /src/requirements.txt \
  && python3 /src/dependencies.py /src/constraints.txt --variant "${VARIANT}" > /src/constraints-image.txt
 
 FROM ${BASE_IMAGE}

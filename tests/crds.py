@@ -22,6 +22,7 @@ CRDS = {
     "pytorchjob": REFERENCE / "kubeflow.org_pytorchjobs.yaml",
     "tfjob": REFERENCE / "training-operator-v1.9" / "kubeflow.org_tfjobs.yaml",
     "xgboostjob": REFERENCE / "training-operator-v1.9" / "kubeflow.org_xgboostjobs.yaml",
+    "rayjob": REFERENCE / "kuberay-v1.7.0" / "ray.io_rayjobs.yaml",
     "trainjob": REFERENCE / "trainer-v2.3.0" / "trainer.kubeflow.org_trainjobs.yaml",
     "clustertrainingruntime": REFERENCE
     / "trainer-v2.3.0"

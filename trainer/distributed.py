@@ -3,7 +3,9 @@
 Three launch styles give the same :class:`DistEnv`:
 
 * ``torchrun`` (also what the Training Operator runs when ``nprocPerNode`` > 1): ``RANK``,
-  ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``.
+  ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``. Ray
+  Train's TorchTrainer (``trainer.ray_train``) sets the same in each worker, and has joined the
+  process group already.
 * The Training Operator running the trainer directly in each pod: ``RANK`` (the pod index),
   ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` plus ``PET_*`` copies; no ``LOCAL_RANK``.
 * Only ``PET_NNODES``/``PET_NODE_RANK``/``PET_MASTER_ADDR``/``PET_MASTER_PORT`` (one process per
@@ -158,6 +160,12 @@ def configure_cpu_threads(env: DistEnv) -> int:
     return torch.get_num_threads()
 
 
+_OWN_WORLD = False
+"""Whether this module started the default process group, and so is the one to destroy it."""
+_OWN_CONTROL_GROUP: Any = None
+"""The gloo control group this module made inside a default group it did not start."""
+
+
 def init_process_group(env: DistEnv, device: torch.device, timeout_s: float):
     """Join the job's process group; returns the group used for small control messages.
 
@@ -165,26 +173,54 @@ def init_process_group(env: DistEnv, device: torch.device, timeout_s: float):
     until :func:`set_collective_timeout`, for any collective). Control messages (the stop flag,
     checkpoint bytes) go over gloo on the CPU even when training uses nccl, so checking for
     SIGTERM does not synchronise the GPU stream.
+
+    A default group that already exists is reused, not joined again (torch allows one): Ray
+    Train's TorchTrainer (``trainer.ray_train``) starts it in every worker, with its own timeout,
+    before the trainer runs. It must be the job's own (this rank, this world size); its
+    collectives then wait ``timeout_s`` too, and it stays its starter's to destroy
+    (:func:`destroy_process_group` leaves it alone).
     """
+    global _OWN_WORLD, _OWN_CONTROL_GROUP
     if not env.distributed:
         return None
-    os.environ["MASTER_ADDR"] = str(env.master_addr)
-    os.environ["MASTER_PORT"] = str(env.master_port)
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    options: dict = {}
-    if device.type == "cuda":
-        options["device_id"] = device
-    dist.init_process_group(
-        backend,
-        init_method="env://",
-        rank=env.rank,
-        world_size=env.world_size,
-        timeout=datetime.timedelta(seconds=timeout_s),
-        **options,
-    )
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if dist.is_initialized():
+        backend = _reuse_default_group(env, timeout_s)
+    else:
+        os.environ["MASTER_ADDR"] = str(env.master_addr)
+        os.environ["MASTER_PORT"] = str(env.master_port)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        options: dict = {}
+        if device.type == "cuda":
+            options["device_id"] = device
+        dist.init_process_group(
+            backend,
+            init_method="env://",
+            rank=env.rank,
+            world_size=env.world_size,
+            timeout=timeout,
+            **options,
+        )
+        _OWN_WORLD = True
     if backend == "gloo":
         return dist.group.WORLD
-    return dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    group = dist.new_group(backend="gloo", timeout=timeout)
+    if not _OWN_WORLD:
+        _OWN_CONTROL_GROUP = group
+    return group
+
+
+def _reuse_default_group(env: DistEnv, timeout_s: float) -> str:
+    """Check that the existing default group is this job's; returns its backend."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if (rank, world) != (env.rank, env.world_size):
+        raise ConfigError(
+            f"a process group (rank {rank} of {world}) already exists in this process, but "
+            f"RANK={env.rank} / WORLD_SIZE={env.world_size}: whoever started it (e.g. Ray Train) "
+            "must also set the environment of the same job"
+        )
+    set_collective_timeout(timeout_s, None)
+    return str(dist.get_backend())
 
 
 def set_collective_timeout(timeout_s: float, control_group) -> bool:
@@ -209,9 +245,22 @@ def set_collective_timeout(timeout_s: float, control_group) -> bool:
 
 
 def destroy_process_group() -> None:
-    """Leave the process group if this process joined one (safe on every exit path)."""
-    if dist.is_available() and dist.is_initialized():
+    """Leave the process group if :func:`init_process_group` started it (safe on every exit
+    path); in a default group it found (Ray Train's), destroy only the control group it made.
+
+    Ray Train destroys its own group when the worker group shuts down; destroying it here first
+    would leave Ray's shutdown a group that is gone.
+    """
+    global _OWN_WORLD, _OWN_CONTROL_GROUP
+    own_world, control = _OWN_WORLD, _OWN_CONTROL_GROUP
+    _OWN_WORLD, _OWN_CONTROL_GROUP = False, None
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if own_world:
         dist.destroy_process_group()
+    elif control is not None:
+        with contextlib.suppress(ValueError):  # already gone with the default group
+            dist.destroy_process_group(control)
 
 
 def agree(flags: Sequence[bool], group) -> list[bool]:

@@ -4,9 +4,10 @@ One spec, two Kubeflow APIs: a Kubeflow Trainer v2 ``TrainJob`` (``build_trainjo
 Operator v1 ``PyTorchJob`` (``build_pytorchjob``); ``api="auto"`` submits whichever the cluster
 serves. TensorFlow and XGBoost programs run as a Training Operator v1 ``TFJob`` or ``XGBoostJob``
 (``build_tfjob``, ``build_xgboostjob``; ``api="tfjob"``/``"xgboostjob"``, always explicit), or
-XGBoost as a TrainJob on Trainer's ``xgboost-distributed`` runtime. What only one API says is its
-options object (``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``,
-``XGBoostJobOptions``) in ``TrainSpec.api_options``.
+XGBoost as a TrainJob on Trainer's ``xgboost-distributed`` runtime; Ray as a KubeRay ``RayJob``
+(``build_rayjob``; ``api="rayjob"``, always explicit). What only one API says is its options
+object (``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``, ``XGBoostJobOptions``,
+``RayJobOptions``) in ``TrainSpec.api_options``.
 Backends: ``kubernetes`` (submit, follow, clean up) and ``local`` (processes with each API's env
 contract).
 
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the same names, for type checkers and editors
     from components.launcher.api_options import (
         PyTorchJobOptions,
+        RayJobOptions,
         TFJobOptions,
         TrainJobOptions,
         XGBoostJobOptions,
@@ -32,6 +34,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
     from components.launcher.launcher import run_job
     from components.launcher.options import BACKENDS, KubernetesOptions, LocalOptions, options_for
     from components.launcher.pytorchjob import admission_errors, build_pytorchjob
+    from components.launcher.rayjob import build_rayjob
     from components.launcher.result import (
         JobCancelled,
         JobExists,
@@ -74,6 +77,8 @@ _HOME = {
     "build_tfjob": "components.launcher.tfjob",
     "build_trainjob": "components.launcher.trainjob",
     "build_xgboostjob": "components.launcher.xgboostjob",
+    "build_rayjob": "components.launcher.rayjob",
+    "RayJobOptions": "components.launcher.api_options",
 }
 """Where each public name lives. Loaded on first use (PEP 562): importing one module of the
 package (``components.launcher.spec``, say) must not import the cluster clients behind
@@ -108,12 +113,14 @@ __all__ = [
     "TrainJobOptions",
     "TrainSpec",
     "XGBoostJobOptions",
+    "RayJobOptions",
     "admission_errors",
     "build_manifest",
     "build_pytorchjob",
     "build_tfjob",
     "build_trainjob",
     "build_xgboostjob",
+    "build_rayjob",
     "job_api",
     "options_for",
     "run_job",

@@ -1,5 +1,5 @@
 """What only one cluster API can say: ``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``,
-``XGBoostJobOptions``.
+``XGBoostJobOptions``, ``RayJobOptions``.
 
 A ``TrainSpec`` holds what every API runs (image, command, nodes, resources, volumes, security)
 and one of these objects in ``api_options``: the settings of its API alone. An option that an API
@@ -312,9 +312,58 @@ class XGBoostJobOptions(OperatorOptions):
     }
 
 
-ApiOptions = TrainJobOptions | PyTorchJobOptions | TFJobOptions | XGBoostJobOptions
+_RAY_GANG = (
+    "a RayJob's gang scheduling is KubeRay's batch-scheduler integration, which the launcher does "
+    "not set: queue the job with Kueue (kueue_queue), which admits a RayJob whole"
+)
+_RAY_ELASTIC = (
+    "a RayJob here has a fixed worker group (Ray Train's workers = workers x nproc_per_node): "
+    "set workers, and let a retried step resume from the trainer's checkpoints"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RayJobOptions:
+    """What only a KubeRay ``RayJob`` says: its retries and how long its finished Ray cluster is
+    kept."""
+
+    API: ClassVar[str] = "rayjob"
+    INSTEAD: ClassVar[dict[str, str]] = {
+        "runtime_name": _V2_RUNTIME,
+        "runtime_kind": _V2_RUNTIME,
+        "ml_policy": _ML_POLICY,
+        "elastic_min_replicas": _RAY_ELASTIC,
+        "elastic_max_replicas": _RAY_ELASTIC,
+        "max_restarts": _RAY_ELASTIC,
+        "scheduler_name": _RAY_GANG,
+        "min_available": _RAY_GANG,
+        "queue": _RAY_GANG,
+        "priority_class": "a RayJob has no priority class the launcher sets: use a Kueue "
+        "WorkloadPriorityClass (labels kueue.x-k8s.io/priority-class=NAME)",
+        "host_network": "the launcher does not run Ray pods on the node's network",
+        "restart_policy": "KubeRay recreates a lost Ray pod itself; a failed Ray job fails the "
+        "RayJob (backoff_limit: how many new Ray clusters it may try)",
+        "clean_pod_policy": "a RayJob's Ray cluster is deleted when the job ends "
+        "(shutdownAfterJobFinishes), after ttl_seconds_after_finished",
+        "ps_replicas": _PS,
+        "pytorch_master": "a RayJob's first pod is its Ray head (always there; it trains nothing)",
+    }
+
+    backoff_limit: int | None = None
+    """RayJob retries, each on a new Ray cluster (None: 0 — KubeRay cannot tell a permanent
+    error; a retried pipeline step resumes from the checkpoints)."""
+    ttl_seconds_after_finished: int | None = None
+    """RayJob: how long the finished job's Ray cluster is kept (None: a week)."""
+
+    def __post_init__(self) -> None:
+        check_int(self, "backoff_limit", optional=True, minimum=0)
+        check_int(self, "ttl_seconds_after_finished", optional=True, minimum=0)
+
+
+ApiOptions = TrainJobOptions | PyTorchJobOptions | TFJobOptions | XGBoostJobOptions | RayJobOptions
 OPTIONS_OF_API: dict[str, type[ApiOptions]] = {
-    cls.API: cls for cls in (TrainJobOptions, PyTorchJobOptions, TFJobOptions, XGBoostJobOptions)
+    cls.API: cls
+    for cls in (TrainJobOptions, PyTorchJobOptions, TFJobOptions, XGBoostJobOptions, RayJobOptions)
 }
 """Concrete API → its options class."""
 AUTO_ORDER = ("trainjob", "pytorchjob")

@@ -9,11 +9,12 @@ branching on the kind.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from components.launcher import pytorchjob, tfjob, trainjob, xgboostjob
+from components.launcher import pytorchjob, rayjob, tfjob, trainjob, xgboostjob
 from components.launcher.names import PERMANENT_FAILURE
 from components.launcher.spec import TrainSpec
 
@@ -78,6 +79,10 @@ class JobApi:
                 phase = "Succeeded" if kind == self.succeeded_condition else "Failed"
                 return JobPhase(phase, message, restarting)
         return JobPhase(None, "", restarting)
+
+    def program_exit_code(self, phase: JobPhase) -> int | None:
+        """The program's exit code when only the job's status says it (None: read the pods)."""
+        return None
 
     def suspended(self, job: dict[str, Any]) -> bool:
         """Whether the job waits suspended (e.g. for Kueue admission)."""
@@ -146,7 +151,71 @@ TRAINJOB = JobApi(
     ),
     build=trainjob.build_trainjob,
 )
-JOB_APIS: dict[str, JobApi] = {api.name: api for api in (TRAINJOB, PYTORCHJOB, TFJOB, XGBOOSTJOB)}
+
+
+@dataclass(frozen=True)
+class RayJobApi(JobApi):
+    """A KubeRay RayJob: no conditions but ``jobDeploymentStatus`` and the Ray job's
+    ``jobStatus``; its pods are a head, workers and the submitter."""
+
+    TERMINAL_FAILURES = ("Failed", "ValidationFailed")
+
+    def replica_of(self, pod: Any) -> str:
+        """``head-0`` / ``worker-<replica index>`` / ``submitter``."""
+        labels = pod.metadata.labels or {}
+        node_type = labels.get("ray.io/node-type")
+        if node_type == "head":
+            return "head-0"
+        if node_type == "worker":
+            return f"worker-{labels.get('ray.io/worker-group-replica-index', pod.metadata.name)}"
+        if labels.get("batch.kubernetes.io/job-name") or labels.get("job-name"):
+            return "submitter"
+        return pod.metadata.name
+
+    def program_exit_code(self, phase: JobPhase) -> int | None:
+        """The entrypoint's exit code, from Ray's message in the RayJob's status (``Job
+        entrypoint command failed with exit code 2, ...``): the driver runs on the head, in no
+        pod of its own, and the submitter pod's exit code is ``ray job logs``'."""
+        found = re.search(r"entrypoint command failed with exit code (\d+)", phase.message)
+        return int(found.group(1)) if found else None
+
+    def phase(self, job: dict[str, Any]) -> JobPhase:
+        """Succeeded once the deployment is Complete with the Ray job SUCCEEDED; Failed when it
+        failed (or completed with the Ray job FAILED or STOPPED)."""
+        status = job.get("status") or {}
+        deployment = status.get("jobDeploymentStatus")
+        ray_status = status.get("jobStatus")
+        said = ": ".join(x for x in (status.get("reason"), status.get("message")) if x)
+        if deployment == "Complete":
+            if ray_status == "SUCCEEDED":
+                return JobPhase("Succeeded", said)
+            return JobPhase("Failed", said or f"the Ray job ended {ray_status}")
+        if deployment in self.TERMINAL_FAILURES:
+            where = f"jobDeploymentStatus {deployment}, Ray job {ray_status or 'not started'}"
+            return JobPhase("Failed", f"{said} ({where})" if said else where)
+        return JobPhase(None, "")
+
+
+RAYJOB = RayJobApi(
+    name="rayjob",
+    kind=rayjob.KIND,
+    group=rayjob.API_GROUP,
+    version="v1",
+    plural="rayjobs",
+    container=rayjob.CONTAINER,
+    pod_job_label=rayjob.JOB_LABEL,
+    replica_labels=("ray.io/node-type", "ray.io/worker-group-replica-index"),
+    succeeded_condition="Complete",
+    suspend_patch={"spec": {"suspend": True}},
+    install=(
+        "install the KubeRay operator v1.x (helm install kuberay-operator "
+        "kuberay/kuberay-operator --version 1.7.0, from https://ray-project.github.io/kuberay-helm/)"
+    ),
+    build=rayjob.build_rayjob,
+)
+JOB_APIS: dict[str, JobApi] = {
+    api.name: api for api in (TRAINJOB, PYTORCHJOB, TFJOB, XGBOOSTJOB, RAYJOB)
+}
 """Every concrete API (cleanup and RBAC cover them all)."""
 AUTO_APIS: tuple[JobApi, ...] = (TRAINJOB, PYTORCHJOB)
 """What ``api="auto"`` chooses from, in its order of preference: the APIs that run our PyTorch

@@ -104,6 +104,20 @@ OPERATOR_XGBOOST_ENV = (
 """What the Training Operator gives every XGBoostJob replica."""
 
 
+KUBERAY_ENV = (
+    "RAY_ADDRESS",
+    "RAY_IP",
+    "FQ_RAY_IP",
+    "RAY_PORT",
+    "RAY_CLUSTER_NAME",
+    "RAY_CLUSTER_NAMESPACE",
+    "RAY_DASHBOARD_ADDRESS",
+    "RAY_JOB_SUBMISSION_ID",
+    "KUBERAY_GEN_RAY_START_CMD",
+)
+"""What the KubeRay operator gives a RayJob's pods (the Ray cluster's address, its command)."""
+
+
 def controller_env(api: str, ml_policy: str | None) -> ControllerEnv | None:
     """What the controller of ``api`` (a TrainJob: on a runtime of ``ml_policy``) sets in every
     pod (None: nothing we know of, or ``auto``, not yet decided)."""
@@ -114,4 +128,6 @@ def controller_env(api: str, ml_policy: str | None) -> ControllerEnv | None:
         return ControllerEnv("the Training Operator", ("TF_CONFIG",))
     if api == "xgboostjob":
         return ControllerEnv("the Training Operator", OPERATOR_XGBOOST_ENV)
+    if api == "rayjob":
+        return ControllerEnv("the KubeRay operator", KUBERAY_ENV)
     return None

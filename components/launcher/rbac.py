@@ -26,8 +26,8 @@ ROLE_NAME = "kfp-ddp-launcher"
 RUNTIME_READER = "kfp-ddp-clustertrainingruntime-reader"
 HEADER = """\
 # RBAC for the training-job launcher (components/launcher, kubernetes backend): exactly what it
-# calls, for Kubeflow Trainer v2 TrainJobs and Training Operator v1 PyTorchJobs, TFJobs and
-# XGBoostJobs alike.
+# calls, for Kubeflow Trainer v2 TrainJobs, Training Operator v1 PyTorchJobs, TFJobs and
+# XGBoostJobs, and KubeRay RayJobs alike.
 #
 # NAMESPACE: {namespace} (where the pipeline runs and the jobs are created).
 # SERVICE ACCOUNT: {service_account} (the pipeline's: KFP standalone pipeline-runner; multi-user

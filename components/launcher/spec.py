@@ -4,7 +4,8 @@ One spec for every cluster API: ``api`` picks the Kubeflow Trainer v2 ``TrainJob
 Operator v1 ``PyTorchJob``, or ``auto`` (whichever of those two the cluster serves, decided at
 submit time); ``tfjob`` and ``xgboostjob`` (the Training Operator v1 ``TFJob`` and
 ``XGBoostJob``, for TensorFlow and XGBoost programs) are only ever chosen explicitly and run your
-image and command, never our PyTorch trainer.
+image and command, never our PyTorch trainer; ``rayjob`` (a KubeRay ``RayJob``, also only ever
+chosen explicitly) runs our trainer under Ray Train, or your Ray program.
 The CLI (its flags are derived from these fields), the KFP component, both backends and the tests
 all build this same object. Values are checked on construction; an error names the field, the
 value and what is allowed, and a field the chosen API cannot express is refused with the
@@ -27,6 +28,7 @@ from components.launcher.api_options import (
     ApiOptions,
     OperatorOptions,
     PyTorchJobOptions,
+    RayJobOptions,
     TFJobOptions,
     TrainJobOptions,
     XGBoostJobOptions,
@@ -155,11 +157,12 @@ class TrainSpec:
     api: str = "auto"
     """Cluster API: trainjob (Kubeflow Trainer v2), pytorchjob (Training Operator v1) or auto
     (trainjob when the cluster serves trainer.kubeflow.org/v1alpha1, else pytorchjob); tfjob and
-    xgboostjob (Training Operator v1) for TensorFlow and XGBoost programs."""
+    xgboostjob (Training Operator v1) for TensorFlow and XGBoost programs; rayjob (KubeRay) for
+    our trainer under Ray Train or your Ray program."""
     api_options: ApiOptions | None = None
     """What only the API says (``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``,
-    ``XGBoostJobOptions``; see api_options.py). None: the API's defaults (with auto: whichever
-    API the cluster serves)."""
+    ``XGBoostJobOptions``, ``RayJobOptions``; see api_options.py). None: the API's defaults (with
+    auto: whichever API the cluster serves)."""
     name: str = ""
     """Job name (DNS-1035). Empty: derived from run_id + task_name (a retried step re-attaches)."""
     namespace: str = ""
@@ -318,6 +321,13 @@ class TrainSpec:
     def pytorchjob(self) -> PyTorchJobOptions | None:
         """The PyTorchJob options, when the spec has them."""
         return self.api_options if isinstance(self.api_options, PyTorchJobOptions) else None
+
+    @property
+    def ray(self) -> RayJobOptions:
+        """The RayJob options (the defaults for a spec of another API)."""
+        if isinstance(self.api_options, RayJobOptions):
+            return self.api_options
+        return RayJobOptions()
 
     @property
     def operator(self) -> OperatorOptions:

@@ -33,7 +33,7 @@ from kfp_ddp.s3_uri import s3_uri_problem
 if TYPE_CHECKING:  # the checks read a TrainSpec; spec.py imports this module
     from components.launcher.spec import TrainSpec
 
-APIS = ("auto", "trainjob", "pytorchjob", "tfjob", "xgboostjob")
+APIS = ("auto", "trainjob", "pytorchjob", "tfjob", "xgboostjob", "rayjob")
 """``auto``: TrainJob when the cluster serves Kubeflow Trainer v2, else PyTorchJob (never TFJob)."""
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 ML_POLICIES = ("torch", "mpi", "xgboost", "jax", "flux", "none")
@@ -198,6 +198,8 @@ def _check_pod_names(spec: TrainSpec) -> None:
     elif spec.api == "pytorchjob":
         replica = "worker" if spec.workers > 1 or spec.workers_only else "master"
         longest = f"{spec.name}-{replica}-{last}"
+    elif spec.api == "rayjob":  # KubeRay's head Service: <job>-<5 characters>-head-svc
+        longest = f"{spec.name}-xxxxx-head-svc"
     else:  # a TrainJob's JobSet hostname <job>-node-<index>-0 (auto may become either)
         longest = max(f"{spec.name}-node-{last}-0", f"{spec.name}-worker-{last}", key=len)
     if len(longest) > 63:
@@ -423,6 +425,8 @@ def _check_api_support(spec: TrainSpec) -> None:
         fail(spec, "env", f"{taken} are set by {controller.owner} in every pod; leave them out")
     if spec.api == "trainjob":
         _check_runtime_policy(spec)
+    if spec.api == "rayjob" and spec.command is None:
+        _check_ray_train_gpus(spec)
     if spec.api != "auto" and spec.framework != "pytorch":  # auto is checked once bound
         _check_users_program(spec)
 
@@ -430,6 +434,20 @@ def _check_api_support(spec: TrainSpec) -> None:
 MPI_RUNTIME_FOR_OUR_TRAINER = "kfp-ddp-mpi"
 """The ClusterTrainingRuntime we ship (``manifests/kfp-ddp-mpi-runtime.yaml``): an MPI runtime
 whose node pods run sshd in our image's MPI variant (``image/build.sh local-mpi|release-mpi``)."""
+
+
+def _check_ray_train_gpus(spec: TrainSpec) -> None:
+    """Our trainer under Ray Train drives one GPU per Ray Train worker (nproc_per_node of them
+    per pod): a pod's GPUs must be one per worker."""
+    gpus = spec.gpus_per_worker
+    if isinstance(gpus, int) and gpus and gpus != spec.nproc_per_node:
+        fail(
+            spec,
+            "nproc_per_node",
+            f"under Ray Train our trainer runs one worker per GPU: with gpus_per_worker={gpus} "
+            f"set nproc_per_node={gpus} (Ray Train workers per pod)",
+        )
+
 
 _NOT_OUR_TRAINER = {
     "mpi": (

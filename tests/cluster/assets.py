@@ -27,6 +27,7 @@ CONTROLLERS = (
     "jobset-controller",
     "trainer-controller-manager",
     "training-operator",
+    "kuberay-operator",
 )
 COMPILER = "kfp-argo-compile"
 HOW_TO_GET = (

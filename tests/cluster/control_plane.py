@@ -34,6 +34,7 @@ TRAINER = REFERENCE / "trainer-v2.3.0"
 JOBSET = REFERENCE / "jobset-v0.12.0"
 OPERATOR = REFERENCE / "training-operator-v1.9"
 PROMETHEUS = REFERENCE / "prometheus-operator-v0.93"
+KUBERAY = REFERENCE / "kuberay-v1.7.0"
 ARGO_WORKFLOWS = REFERENCE / "argo-workflows-v4.0.8" / "argoproj.io_workflows.full.yaml"
 
 CRD_FILES = {
@@ -46,6 +47,7 @@ CRD_FILES = {
     "pytorchjob": [REFERENCE / "kubeflow.org_pytorchjobs.yaml"],
     "tfjob": [OPERATOR / "kubeflow.org_tfjobs.yaml"],
     "xgboostjob": [OPERATOR / "kubeflow.org_xgboostjobs.yaml"],
+    "kuberay": [KUBERAY / "ray.io_rayclusters.yaml", KUBERAY / "ray.io_rayjobs.yaml"],
     "monitoring": sorted(PROMETHEUS.glob("monitoring.coreos.com_*.yaml")),
     "argo": [ARGO_WORKFLOWS],
 }
@@ -53,20 +55,23 @@ CRD_FILES = {
 
 OPERATOR_SCHEMES = ("pytorchjob", "tfjob", "xgboostjob")
 """The Training Operator's job kinds a plane serves (its --enable-scheme flags and their CRDs)."""
-PARTS = ("controller-manager", "trainer", "training-operator", "monitoring")
+PARTS = ("controller-manager", "trainer", "training-operator", "kuberay", "monitoring")
 """What a plane can run: ``trainer`` brings JobSet too; ``training-operator`` serves PyTorchJob,
-TFJob and XGBoostJob; ``monitoring`` installs the Prometheus Operator's CRDs (no operator runs).
-A plane of no parts (an API server alone) runs without the API server's watch cache: its watches
-read etcd directly, so ``compact_etcd`` makes an older resourceVersion answer 410 Gone."""
+TFJob and XGBoostJob; ``kuberay`` is the KubeRay operator v1.7.0 (RayJob, RayCluster);
+``monitoring`` installs the Prometheus Operator's CRDs (no operator runs). A plane of no parts
+(an API server alone) runs without the API server's watch cache: its watches read etcd
+directly, so ``compact_etcd`` makes an older resourceVersion answer 410 Gone."""
 
 ADMIN_USER = "admin"
 NODE_CONTROLLERS = (
     "endpointslice-controller",
+    "endpoints-controller",
     "node-lifecycle-controller",
     "pod-garbage-collector-controller",
 )
 """What a plane with a real node runs besides: EndpointSlices (CoreDNS answers headless Services'
-pods from them), the node lifecycle (takes off a new node's not-ready taint) and pod GC."""
+pods from them) and Endpoints (the API server's service proxy finds pods from them: KubeRay's
+dashboard calls), the node lifecycle (takes off a new node's not-ready taint) and pod GC."""
 OPERATOR_NAMESPACE = "kubeflow"
 OPERATOR_SECRET = "training-operator-webhook-cert"
 OPERATOR_WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
@@ -114,7 +119,7 @@ def reference_missing() -> list[str]:
     """The reference files a full plane needs that are absent."""
     files = [
         path
-        for group in ("jobset", "trainer", "pytorchjob", "tfjob", "xgboostjob")
+        for group in ("jobset", "trainer", "pytorchjob", "tfjob", "xgboostjob", "kuberay")
         for path in CRD_FILES[group]
     ]
     files += [
@@ -147,6 +152,8 @@ class Ports:
     operator_webhook: int
     operator_health: int
     operator_metrics: int
+    kuberay_metrics: int
+    kuberay_health: int
 
     @classmethod
     def pick(cls) -> Ports:
@@ -220,6 +227,8 @@ class ControlPlane:
             names += ["jobset-controller", "trainer-controller-manager"]
         if "training-operator" in self.parts:
             names.append("training-operator")
+        if "kuberay" in self.parts:
+            names.append("kuberay-operator")
         return tuple(name for name in names if name in (*CORE, *CONTROLLERS))
 
     # -- start / stop --------------------------------------------------------------------------
@@ -340,6 +349,8 @@ class ControlPlane:
             started.append(self._start_trainer())
         if "training-operator" in self.parts:
             started.append(self._start_training_operator())
+        if "kuberay" in self.parts:
+            started.append(self._start_kuberay())
         # Registered before the controllers are ready: the Training Operator's cert rotator
         # waits until it finds its webhook configuration.
         self._register_webhooks()
@@ -498,6 +509,26 @@ class ControlPlane:
         )
         return component, f"http://127.0.0.1:{p.operator_health}/readyz"
 
+    def _start_kuberay(self) -> tuple[Component, str]:
+        """The KubeRay operator, as its README starts it here (webhooks off, no leader election:
+        one per plane), asking the Ray head's dashboard for a RayJob's status through the API
+        server's service proxy (``--use-kubernetes-proxy``, a KubeRay option): it runs on this
+        machine, outside the pods' network and cluster DNS, as a plane's controllers do."""
+        p = self.ports
+        component = self._component(
+            "kuberay-operator",
+            [
+                str(self.binaries["kuberay-operator"]),
+                f"--kubeconfig={self.kubeconfig()}",
+                f"--metrics-addr=127.0.0.1:{p.kuberay_metrics}",
+                f"--health-probe-bind-address=127.0.0.1:{p.kuberay_health}",
+                "--enable-leader-election=false",
+                "--use-kubernetes-proxy",
+                "--log-stdout-encoder=console",
+            ],
+        )
+        return component, f"http://127.0.0.1:{p.kuberay_health}/readyz"
+
     # -- objects -------------------------------------------------------------------------------
 
     def admin_configuration(self) -> Any:
@@ -593,8 +624,9 @@ class ControlPlane:
         return revision
 
     def serve_only(self, groups: tuple[str, ...]) -> None:
-        """Serve the job CRDs of ``groups`` (of trainer and OPERATOR_SCHEMES) and no other."""
-        jobs = ("trainer", *OPERATOR_SCHEMES)
+        """Serve the job CRDs of ``groups`` (of trainer, OPERATOR_SCHEMES and kuberay) and no
+        other."""
+        jobs = ("trainer", *OPERATOR_SCHEMES, "kuberay")
         self.delete_crds(tuple(g for g in jobs if g not in groups))
         self.install_crds(groups)
 
@@ -604,6 +636,8 @@ class ControlPlane:
             groups += ["jobset", "trainer"]
         if "training-operator" in self.parts:
             groups += list(OPERATOR_SCHEMES)
+        if "kuberay" in self.parts:
+            groups.append("kuberay")
         if "monitoring" in self.parts:
             groups.append("monitoring")
         self.install_crds(tuple(groups))

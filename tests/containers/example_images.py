@@ -2,6 +2,8 @@
 
 ``mpi_image``: our image plus OpenMPI and sshd (``image/build.sh local-mpi``).
 
+``ray_image``: our image plus the ``ray`` extra, as a RayJob's pods need it (and the Ray example).
+
 ``xgboost_example_image``: ``examples/xgboost/train.py`` at ``/app/train.py`` with xgboost (CPU)
 and scikit-learn installed into the image's own environment from a wheelhouse made on this
 machine (``pip wheel`` with the project's pins, cached beside the CPU image's wheels), built
@@ -21,13 +23,13 @@ from tests.containers.podman import REPO, Podman
 
 CACHE = Path(os.environ.get("KFP_DDP_IMAGE_CACHE", Path.home() / ".cache" / "kfp-ddp" / "image"))
 XGBOOST_PACKAGES = ("xgboost-cpu", "scikit-learn")
+RAY_PACKAGES = ("ray[default,train]",)
 INPUTS_LABEL = "io.kfp-ddp.example-inputs"
 CONTAINERFILE = """\
 FROM {base}
 USER 0
 RUN python -m pip install --no-cache-dir --no-index --find-links /wheels {packages}
-COPY train.py /app/train.py
-USER 1000:1000
+{copies}USER 1000:1000
 """
 
 
@@ -65,25 +67,53 @@ def wheelhouse(packages: tuple[str, ...]) -> Path:
 def xgboost_example_image(podman: Podman, cpu_image: str, folder: Path) -> str:
     """The XGBoost example's image on ``cpu_image`` (built unless up to date)."""
     program = REPO / "examples" / "xgboost" / "train.py"
-    packages = " ".join(_pins(XGBOOST_PACKAGES))
-    containerfile = CONTAINERFILE.format(base=cpu_image, packages=packages)
+    return _layered_image(
+        podman, cpu_image, folder, "kfp-ddp-xgb-example", XGBOOST_PACKAGES, {"train.py": program}
+    )
+
+
+def ray_image(podman: Podman, cpu_image: str, folder: Path) -> str:
+    """Our image with the ``ray`` extra (``ray[default,train]``: what a RayJob's pods run), and
+    the Ray example at ``/app/count_primes.py`` (built unless up to date)."""
+    program = REPO / "examples" / "ray" / "count_primes.py"
+    return _layered_image(
+        podman, cpu_image, folder, "kfp-ddp-ray", RAY_PACKAGES, {"count_primes.py": program}
+    )
+
+
+def _layered_image(
+    podman: Podman,
+    cpu_image: str,
+    folder: Path,
+    repository: str,
+    packages: tuple[str, ...],
+    files: dict[str, Path],
+) -> str:
+    """``cpu_image`` plus ``packages`` (from this machine's wheelhouse) and ``files`` at /app/."""
+    pins = " ".join(_pins(packages))
+    containerfile = CONTAINERFILE.format(
+        base=cpu_image,
+        packages=pins,
+        copies="".join(f"COPY {name} /app/{name}\n" for name in files),
+    )
     base_id = podman.run("image", "inspect", "--format", "{{.Id}}", cpu_image).stdout.strip()
     digest = hashlib.sha256(
-        "\0".join([containerfile, base_id, program.read_text()]).encode()
+        "\0".join([containerfile, base_id, *(p.read_text() for p in files.values())]).encode()
     ).hexdigest()[:16]
-    name = "localhost/kfp-ddp-xgb-example:test"
+    name = f"localhost/{repository}:test"
     found = podman.run(
         "image", "inspect", "--format", f'{{{{index .Labels "{INPUTS_LABEL}"}}}}', name, check=False
     )
     if found.returncode == 0 and found.stdout.strip() == digest:
         return name
-    context = folder / "xgb-example"
+    context = folder / repository
     context.mkdir(parents=True, exist_ok=True)
     (context / "Containerfile").write_text(containerfile)
-    (context / "train.py").write_text(program.read_text())
+    for file_name, path in files.items():
+        (context / file_name).write_text(path.read_text())
     podman.run(
         "build", "--pull=never", "--network=none",
-        "--volume", f"{wheelhouse(XGBOOST_PACKAGES)}:/wheels:ro",
+        "--volume", f"{wheelhouse(packages)}:/wheels:ro",
         "--label", f"{INPUTS_LABEL}={digest}", "-t", name, str(context),
         timeout=900,
     )  # fmt: skip

@@ -254,3 +254,32 @@ def kubeconfig_of(configuration, path: Path) -> Path:
         )
     )
     return path
+
+
+def play_rayjob_status(ns: Namespace, name: str, status: dict[str, Any]) -> Any:
+    """Play KubeRay's verdict on RayJob ``name`` once it exists (in the background): what the
+    operator writes when the Ray job ends, which it learns from the head's dashboard — a
+    dashboard no test Ray cluster serves where the kubelet is played. Returns the thread."""
+    import threading
+    import time
+
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    def play() -> None:
+        api = client.CustomObjectsApi(ns.admin())
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                api.patch_namespaced_custom_object_status(
+                    "ray.io", "v1", ns.name, "rayjobs", name, {"status": status}
+                )
+                return
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=play, name=f"kuberay-{name}", daemon=True)
+    thread.start()
+    return thread

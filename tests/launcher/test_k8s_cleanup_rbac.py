@@ -22,6 +22,7 @@ from tests.launcher.k8s_helpers import (
     create_directly,
     install_namespaced_runtime,
     jobs,
+    play_rayjob_status,
     role_without,
     run,
     servicemonitor_account,
@@ -174,6 +175,24 @@ def test_the_backend_calls_exactly_what_rbac_grants(k8s):
         create_directly(k8s, s)
         run(k8s, s, None, succeed(lines=1))
         cleanup(k8s, "run-1")
+    # A RayJob: KubeRay's verdict played (its dashboard is not served here).
+    done = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
+    play_rayjob_status(k8s, "ok-rayjob", done)
+    run(k8s, spec(k8s, "rayjob", name="ok-rayjob"))
+    failed = {
+        "jobDeploymentStatus": "Failed",
+        "jobStatus": "FAILED",
+        "reason": "AppFailed",
+        "message": "Job entrypoint command failed with exit code 2, last available logs: ...",
+    }
+    play_rayjob_status(k8s, "bad-rayjob", failed)
+    with pytest.raises(JobFailed, match="AppFailed"):  # exit 2: recorded as permanent (patch)
+        run(k8s, spec(k8s, "rayjob", name="bad-rayjob"))
+    s = spec(k8s, "rayjob", name="again-rayjob", run_id="run-2")
+    create_directly(k8s, s)
+    play_rayjob_status(k8s, "again-rayjob", done)
+    run(k8s, s)  # re-attached (get)
+    cleanup(k8s, "run-1")
     install_namespaced_runtime(k8s, "mine")
     s = spec(k8s, "trainjob", name="mine", runtime_kind="TrainingRuntime", runtime_name="mine")
     run(k8s, s, None, succeed(lines=1))

@@ -64,7 +64,7 @@ def trainer_spec(ns, api: str, node_cluster, bucket_uri: str, *, extra: list[str
         s3_endpoint=node_cluster.s3.endpoint_url,
         s3_credentials_secret=SECRET,
         cpu_request="500m",
-        memory_request="1Gi",
+        memory_request=kw.pop("memory_request", "1Gi"),
         termination_grace_period_seconds=30,
         args=[
             *("--data-dir", STAGED_DATA, "--output-dir", f"{NODE_OUTPUT}/run"),

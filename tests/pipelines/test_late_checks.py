@@ -138,8 +138,8 @@ def test_no_baseline_and_paths_the_check_step_cannot_see(tmp_path: Path):
 @pytest.mark.parametrize(
     ("api", "overrides", "says"),
     [
-        ("trainjob", {"runtime_name": "deepspeed-distributed"}, "it is an MPI runtime"),
-        ("auto", {"runtime_name": "mlx-distributed"}, "it is an MPI runtime"),
+        ("trainjob", {"runtime_name": "deepspeed-distributed"}, "Kubeflow Trainer's own MPI"),
+        ("auto", {"runtime_name": "mlx-distributed"}, "Kubeflow Trainer's own MPI"),
         ("trainjob", {"runtime_name": "xgboost-distributed"}, "it is an XGBoost runtime"),
         ("pytorchjob", {"ml_policy": "mpi"}, "an mlPolicy (MPI, XGBoost...) is a Kubeflow"),
     ],

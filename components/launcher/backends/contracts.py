@@ -23,6 +23,10 @@ the replicas with these; ``dry_run`` shows them.
 - **xgboostjob**: ``master-0``, ``worker-0..``, with the Training Operator's MASTER_ADDR,
   MASTER_PORT (the master's ``xgboostjob-port``: XGBoost's tracker), WORLD_SIZE, RANK (master 0,
   worker i: i + 1) and, with more than one replica, WORKER_ADDRS and WORKER_PORT (for LightGBM).
+- **rayjob**: ``submitter`` (the Ray job's driver: the entrypoint, once the Ray cluster is up),
+  ``head-0`` (a Ray head that trains nothing), ``worker-0..`` (Ray nodes of ``nproc_per_node``
+  CPUs), each with ``RAY_ADDRESS`` (the head's GCS on loopback), as KubeRay gives its pods;
+  the job succeeds when the driver does (``ray_local``: the commands).
 """
 
 from __future__ import annotations
@@ -33,9 +37,9 @@ from components.launcher.backends.tf_config import tf_config_env, tf_tasks
 from components.launcher.spec import TrainSpec
 
 LOOPBACK = "127.0.0.1"
-FIRST_REPLICA_SUCCEEDS = ("tfjob", "xgboostjob")
-"""APIs whose job succeeds when its first replica (the Chief, the Master) does: the operator's
-success policy; replicas still running then are stopped."""
+FIRST_REPLICA_SUCCEEDS = ("tfjob", "xgboostjob", "rayjob")
+"""APIs whose job succeeds when its first replica (the Chief, the Master, the Ray job's driver)
+does: the controller's success policy; replicas still running then are stopped."""
 CONTRACT_VARIABLES = (
     "TF_CONFIG",
     "RANK",
@@ -50,6 +54,7 @@ CONTRACT_VARIABLES = (
     "DMLC_TRACKER_PORT",
     "DMLC_TASK_ID",
     "DMLC_NUM_WORKER",
+    "RAY_ADDRESS",
 )
 """Set by some contract: never inherited from the launcher's own environment (nor PET_*)."""
 
@@ -77,8 +82,11 @@ def with_master(spec: TrainSpec) -> bool:
 def replica_names(spec: TrainSpec) -> list[str]:
     """Pod suffixes in node order: node-0.. (TrainJob; launcher-0 on an MPI runtime);
     worker-0.. (PyTorchJob; master-0, worker-0.. with ``pytorch_master``); chief-0,
-    worker-0.., ps-0.. (TFJob); master-0, worker-0.. (XGBoostJob)."""
+    worker-0.., ps-0.. (TFJob); master-0, worker-0.. (XGBoostJob); submitter, head-0,
+    worker-0.. (RayJob)."""
     api = local_api(spec)
+    if api == "rayjob":
+        return ["submitter", "head-0", *(f"worker-{i}" for i in range(spec.workers))]
     if api == "tfjob":
         return [task.name for task in tf_tasks(spec)]
     if api == "trainjob":
@@ -101,6 +109,11 @@ def node_contract(
         return tf_config_env(tasks, ports, tasks[rank])
     if api == "xgboostjob":
         return xgboostjob_contract(spec, rank, ports)
+    if api == "rayjob":  # the head's GCS: the port of head-0 (replica 1), which serves it
+        # Token auth off, as in a fresh pod: a token file in this user's ~/.ray (another Ray's)
+        # would turn it on for some of the cluster's processes only.
+        auth = {"RAY_AUTH_MODE": "disabled"}
+        return auth if rank == 1 else auth | {"RAY_ADDRESS": f"{LOOPBACK}:{ports[1]}"}
     if api == "trainjob":
         return _trainjob_contract(spec, rank, port, mpi_hostfile)
     if not with_master(spec):

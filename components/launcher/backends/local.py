@@ -37,12 +37,15 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from components.launcher import rayjob
+from components.launcher.backends import ray_local
 from components.launcher.backends.base import DryRun, run_on
 from components.launcher.backends.common import ReplicaLogs
 from components.launcher.backends.contracts import (
@@ -179,6 +182,9 @@ class RestartRule:
     def of(cls, spec: TrainSpec) -> RestartRule:
         if local_api(spec) == "trainjob":
             return cls(policy="ExitCode", limit=DEFAULT_BACKOFF_LIMIT)
+        if local_api(spec) == "rayjob":  # a new Ray cluster per retry, backoff_limit of them
+            retries = spec.ray.backoff_limit or rayjob.DEFAULT_BACKOFF_LIMIT
+            return cls(policy="OnFailure" if retries else "Never", limit=retries)
         backoff = spec.operator.backoff_limit
         limit = PYTORCHJOB_BACKOFF_LIMIT if backoff is None else backoff
         return cls(policy=default_restart_policy(spec), limit=limit)
@@ -201,6 +207,7 @@ class LocalRun:
         self.on_event = options.on_event or (lambda kind, info: None)
         self.restart = RestartRule.of(spec)
         self.run_tag = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self._ray_dir: str | None = None
         flag_dir = spec.trainer_flag("--output-dir")
         self.output_dir = options.output_dir or (self.paths(flag_dir) if flag_dir else None)
 
@@ -226,6 +233,33 @@ class LocalRun:
         staging = self._local_program(spec.stage_command())
         full = [*staging, "--", *head] if staging else head
         return [paths(a) for a in full]
+
+    def replica_command(
+        self, name: str, ports: list[int], paths: PathMapper, *, dry: bool = False
+    ) -> list[str]:
+        """Replica ``name``'s command: the node's (``command``), or a RayJob's Ray node or
+        driver (``ray_local``); ``dry``: for a dry run (no Ray folder made)."""
+        if self.api != "rayjob":
+            return self.command(paths)
+        python, spec = self.options.python, self.spec
+        if name != "submitter":
+            temp_dir = "$TMPDIR/kfp-ddp-ray-XXXX" if dry else self.ray_dir
+            return ray_local.node_command(
+                python, name, gcs_port=ports[1], cpus=spec.nproc_per_node or 1, temp_dir=temp_dir
+            )
+        entrypoint = self._local_program(rayjob.entrypoint(spec))
+        driver = ray_local.after_nodes(python, spec.workers + 1, entrypoint)
+        staging = self._local_program(spec.stage_command())
+        full = [*staging, "--", *driver] if staging else driver
+        return [paths(a) for a in full]
+
+    @property
+    def ray_dir(self) -> str:
+        """A RayJob's Ray temp folder here: short (Ray's socket paths must stay under ~107
+        characters), made at the start, removed at the end."""
+        if self._ray_dir is None:
+            self._ray_dir = tempfile.mkdtemp(prefix="kfp-ddp-ray-")
+        return self._ray_dir
 
     def _local_program(self, command: list[str]) -> list[str]:
         """``python``/``torchrun`` at the head of a command become this interpreter."""
@@ -267,7 +301,8 @@ class LocalRun:
         machine's cache folder, ``stage_cache_host_path``, which all nodes share)."""
         if not self.spec.stage_data_uri:
             return self.paths
-        root = self.nodes_dir / replica / "stage"
+        # A RayJob's driver stages once for every Ray node here: one machine, one disk.
+        root = self.nodes_dir / ("ray" if self.api == "rayjob" else replica) / "stage"
         root.mkdir(parents=True, exist_ok=True)
         paths = self.paths.with_mount(STAGE_ROOT, str(root))
         if self.spec.stage_cache_host_path:
@@ -301,7 +336,7 @@ class LocalRun:
         ports = [free_port() for _ in names]
         replicas = []
         for rank, name in enumerate(names):
-            cmd = self.command(self.node_paths(name))
+            cmd = self.replica_command(name, ports, self.node_paths(name))
             proc = subprocess.Popen(
                 cmd,
                 env=self.replica_env(rank, ports)
@@ -371,9 +406,13 @@ class LocalRun:
         return self.nodes_dir / replica / "tmp"
 
     def _remove_scratch(self, replicas: list[_Replica]) -> None:
-        """Empty the stopped nodes' ``TMPDIR`` folders, as their pods' emptyDirs go."""
+        """Empty the stopped nodes' ``TMPDIR`` folders, as their pods' emptyDirs go (and a
+        RayJob's Ray folder once its head is gone)."""
         for r in replicas:
             shutil.rmtree(self._tmp_of(r.name), ignore_errors=True)
+        if self._ray_dir is not None and any(r.name == "head-0" for r in replicas):
+            shutil.rmtree(self._ray_dir, ignore_errors=True)
+            self._ray_dir = None
 
     def _tag(self, replica: str) -> str:
         return f"{self.run_tag}/{replica}"
@@ -532,7 +571,7 @@ class LocalRun:
         documents = [
             {
                 "replica": name,
-                "command": self.command(),
+                "command": self.replica_command(name, ports, self.paths, dry=True),
                 "env": self.spec.merged_env() | self._contract(rank, ports),
             }
             for rank, name in enumerate(names)

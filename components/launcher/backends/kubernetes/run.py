@@ -187,8 +187,12 @@ class KubernetesJob:
         if recorded is None and self.api.phase(job).phase == "Failed":
             worst = self.diagnosis.worst_pod(self.follower)
             code = worst[1].exit_code if worst else None
+            said = self.api.program_exit_code(self.api.phase(job))
             if worst and code is not None and 0 < code < 128:
                 recorded = f"pod {worst[0].metadata.name} exited with permanent code {code}"
+                self.job.record_failure(recorded, suspend=False)
+            elif said is not None and 0 < said < 128:
+                recorded = f"the program exited with permanent code {said}"
                 self.job.record_failure(recorded, suspend=False)
             else:
                 self.job.recreate(
@@ -297,6 +301,8 @@ class KubernetesJob:
         message = self.phase.message
         worst = self.diagnosis.worst_pod(self.follower)
         code = worst[1].exit_code if worst else None
+        if code is None:  # a RayJob's driver runs in no pod of its own
+            code = self.api.program_exit_code(self.phase)
         if code is not None and 0 < code < 128 and self.options.cleanup != "always":
             self.job.record_failure(f"{reason}; permanent exit code {code}", suspend=False)
         result = self._result("Failed", f"{message}; {reason}".strip("; "))

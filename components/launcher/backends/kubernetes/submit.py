@@ -99,13 +99,13 @@ class JobHandle:
     def kept_note(self) -> str:
         """Where the kept (failed) job is, how long it stays and how to delete it."""
         kind, spec = self.api.kind.lower(), self.spec
-        ttl = (
-            "; the Training Operator deletes it after its ttlSecondsAfterFinished"
-            if self.api.name != "trainjob"
-            else ""
-        )
+        ttl = {
+            "trainjob": "",
+            "rayjob": "; KubeRay deletes its Ray cluster after its ttlSecondsAfterFinished",
+        }.get(self.api.name, "; the Training Operator deletes it after its ttlSecondsAfterFinished")
+        kept = "The job is" if self.api.name == "rayjob" else "The job and its pods are"
         return (
-            f"The job and its pods are kept for inspection{ttl}: kubectl describe {kind} -n "
+            f"{kept} kept for inspection{ttl}: kubectl describe {kind} -n "
             f"{spec.namespace} {spec.name}; delete it with kubectl delete {kind} -n "
             f"{spec.namespace} {spec.name}"
         )

@@ -1,0 +1,201 @@
+"""``build_rayjob(spec)``: the KubeRay ``RayJob`` of a TrainSpec (pure).
+
+For clusters that run Ray (the KubeRay operator, ``ray.io/v1``). A RayJob in ``K8sJobMode``
+becomes a RayCluster (a head pod and a worker group), and, once its pods are ready, a submitter
+Job whose pod runs ``ray job submit`` against the head's dashboard: the entrypoint then runs as
+the Ray job's driver on the head. The mapping:
+
+- the head: the spec's image, env, pod security, scratch folders and scheduling,
+  ``num-cpus: 0`` so that no training lands on it, small fixed requests (``HEAD_CPU``,
+  ``HEAD_MEMORY``: the GCS, the dashboard and the driver);
+- one worker group (``workers``) of ``workers`` pods, fixed (min = max = replicas), each as a
+  node of the other APIs: GPUs, CPU/memory, the staging init container and volumes, the
+  Ray container advertising ``nproc_per_node`` CPUs to Ray (``num-cpus``) so that
+  Ray Train places exactly ``nproc_per_node`` workers on each pod;
+- the entrypoint: our trainer under Ray Train (``python -m trainer.ray_train``: a
+  ``TorchTrainer`` of ``workers × nproc_per_node`` workers, each running the trainer's own
+  loop), or the user's ``command`` and ``args``;
+- the submitter pod (``submitterPodTemplate``): the same image and pod security (KubeRay fills
+  in its ``ray job submit`` command), small requests;
+- ``shutdownAfterJobFinishes`` (the Ray cluster goes when the job ends) with
+  ``ttlSecondsAfterFinished``, ``activeDeadlineSeconds``, ``backoffLimit`` (0 by default: a
+  RayJob retried by KubeRay builds a new cluster and cannot tell a permanent error; a retried
+  pipeline step resumes from the checkpoints instead), ``suspend`` for Kueue-queued jobs.
+
+KubeRay sets each Ray container's command (``ray start ...``), adds its ``wait-gcs-ready``
+init container to the workers (the worker's image and securityContext) and its own env
+(``RAY_ADDRESS``...). The probes are ours: KubeRay's ask the dashboard's health endpoints with
+``wget``, which our image lacks; ours ask the same endpoints with Python. The image needs the
+``ray`` extra (``ray[default,train]``: the dashboard agent, the job CLI, Ray Train).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import shlex
+from typing import Any
+
+from components.launcher import pod_parts, training_operator
+from components.launcher.spec import TrainSpec
+
+API_GROUP = "ray.io"
+API_VERSION = f"{API_GROUP}/v1"
+KIND = "RayJob"
+CONTAINER = "ray"
+"""Every pod's one container (head, workers, submitter): KubeRay finds it by its place (the
+first), the launcher follows its log by this name."""
+WORKER_GROUP = "workers"
+JOB_LABEL = "kfp-ddp.io/ray-job"
+"""On every pod of the job (head, workers, submitter): the RayJob's name (KubeRay labels the
+cluster's pods with the RayCluster's generated name only)."""
+HEAD_CPU = "500m"
+HEAD_MEMORY = "2Gi"
+SUBMITTER_CPU = "200m"
+SUBMITTER_MEMORY = "512Mi"
+DEFAULT_BACKOFF_LIMIT = 0
+DEFAULT_TTL_SECONDS = 7 * 24 * 3600
+"""How long KubeRay keeps the finished job's Ray cluster (with shutdownAfterJobFinishes)."""
+RAY_TRAIN = ("python", "-m", "trainer.ray_train")
+RAYLET_HEALTH = "http://localhost:52365/api/local_raylet_healthz"
+GCS_HEALTH = "http://localhost:8265/api/gcs_healthz"
+"""What KubeRay's own probes ask (with wget, which our image has not: ours ask with Python)."""
+
+
+def _probe(urls: tuple[str, ...], *, initial_s: int, failures: int) -> dict[str, Any]:
+    check = (
+        "import sys, urllib.request as u; sys.exit(0 if all(b'success' in u.urlopen(x, "
+        f"timeout=4).read() for x in {list(urls)!r}) else 1)"
+    )
+    return {
+        "exec": {"command": ["python", "-c", check]},
+        "initialDelaySeconds": initial_s,
+        "periodSeconds": 5,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def entrypoint(spec: TrainSpec) -> list[str]:
+    """What the Ray job's driver runs on the head: our trainer under Ray Train, or the user's
+    program."""
+    if spec.command is not None:
+        return [*spec.command, *spec.args]
+    per_process_gpus = (spec.gpus_per_worker or 0) // (spec.nproc_per_node or 1)
+    return [
+        *RAY_TRAIN,
+        *("--workers", str(spec.world_size)),
+        *("--cpus-per-worker", "1"),
+        *("--gpus-per-worker", str(per_process_gpus)),
+        *("--name", spec.name),
+        "--",
+        *spec.container_args(),
+    ]
+
+
+def _template(spec: TrainSpec, container: str, *, node: bool) -> dict[str, Any]:
+    """A Ray pod's template: a node's (``node``: GPUs, requests, staging) or the head's."""
+    template = pod_parts.plain(training_operator.build_pod_template(spec, container))
+    pod = template["spec"]
+    (ray,) = pod["containers"]
+    for key in ("command", "args", "ports"):  # KubeRay sets the command and its ports
+        ray.pop(key, None)
+    labels = template.setdefault("metadata", {}).setdefault("labels", {})
+    labels[JOB_LABEL] = spec.name
+    # KubeRay adds wget probes to a Ray container that has none; ours need only Python.
+    urls = (RAYLET_HEALTH,) if node else (RAYLET_HEALTH, GCS_HEALTH)
+    ray["readinessProbe"] = _probe(urls, initial_s=10, failures=10)
+    ray["livenessProbe"] = _probe(urls, initial_s=30, failures=120)
+    if not node:
+        ray["resources"] = {
+            "requests": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY},
+            "limits": {"memory": HEAD_MEMORY},
+        }
+    return template
+
+
+def _submitter(spec: TrainSpec, head: dict[str, Any]) -> dict[str, Any]:
+    pod = head["spec"]
+    (ray,) = pod["containers"]
+    container = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "env": [e for e in ray.get("env") or [] if "valueFrom" not in e],  # no secret needed
+        "resources": {
+            "requests": {"cpu": SUBMITTER_CPU, "memory": SUBMITTER_MEMORY},
+            "limits": {"memory": SUBMITTER_MEMORY},
+        },
+        "securityContext": ray.get("securityContext"),
+        "volumeMounts": [m for m in ray.get("volumeMounts") or [] if m["mountPath"] in _SCRATCH],
+    }
+    volumes = {m["name"] for m in container["volumeMounts"]}
+    spec_ = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "securityContext": pod.get("securityContext"),
+        "volumes": [v for v in pod.get("volumes") or [] if v["name"] in volumes],
+        **{
+            key: pod[key]
+            for key in (
+                "serviceAccountName",
+                "imagePullSecrets",
+                "nodeSelector",
+                "affinity",
+                "tolerations",
+            )
+            if pod.get(key)
+        },
+    }
+    return {"metadata": head["metadata"], "spec": spec_}
+
+
+_SCRATCH = {d.path for d in pod_parts.SCRATCH_DIRS}
+
+
+def build_rayjob(spec: TrainSpec) -> dict[str, Any]:
+    """The RayJob manifest of ``spec`` as a plain dict (pure; touches no cluster)."""
+    if spec.api != "rayjob":
+        spec = spec.for_api("rayjob")  # refuses what a RayJob cannot express
+    options = spec.ray
+    # The head trains nothing: no data staged there, no staging volume.
+    head_spec = dataclasses.replace(spec, stage_data_uri=None, stage_data_digest=None)
+    head = _template(head_spec, CONTAINER, node=False)
+    worker = _template(spec, CONTAINER, node=True)
+    metadata: dict[str, Any] = {
+        "name": spec.name,
+        "namespace": spec.namespace,
+        "labels": spec.job_labels(),
+    }
+    if spec.annotations:
+        metadata["annotations"] = dict(spec.annotations)
+    backoff = options.backoff_limit
+    ttl = options.ttl_seconds_after_finished
+    body: dict[str, Any] = {
+        "entrypoint": shlex.join(entrypoint(spec)),
+        "submissionMode": "K8sJobMode",
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": DEFAULT_TTL_SECONDS if ttl is None else ttl,
+        "backoffLimit": DEFAULT_BACKOFF_LIMIT if backoff is None else backoff,
+        "submitterPodTemplate": _submitter(spec, copy.deepcopy(head)),
+        "rayClusterSpec": {
+            "headGroupSpec": {
+                "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
+                "template": head,
+            },
+            "workerGroupSpecs": [
+                {
+                    "groupName": WORKER_GROUP,
+                    "replicas": spec.workers,
+                    "minReplicas": spec.workers,
+                    "maxReplicas": spec.workers,
+                    "rayStartParams": {"num-cpus": str(spec.nproc_per_node or 1)},
+                    "template": worker,
+                }
+            ],
+        },
+    }
+    if spec.active_deadline_seconds is not None:
+        body["activeDeadlineSeconds"] = spec.active_deadline_seconds
+    if spec.kueue_queue:
+        body["suspend"] = True  # Kueue admits it
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": body}

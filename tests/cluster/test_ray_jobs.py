@@ -1,0 +1,102 @@
+"""Our RayJob turned into pods by the real KubeRay operator v1.7.0, every pod admitted under
+``restricted`` Pod Security: a RayCluster with a head pod and a worker group (KubeRay's
+``wait-gcs-ready`` init container included), then, once those are ready, the submitter Job from
+our template, which runs ``ray job submit`` with our entrypoint; and the launcher itself, as
+its ServiceAccount with the rendered Role: it submits, follows and, at its timeout, deletes the
+RayJob."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from components.launcher import JobTimeout, TrainSpec, build_rayjob
+from components.launcher.rayjob import CONTAINER, JOB_LABEL
+from tests.cluster.play import created_pods
+from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, jobs, options, refused
+
+IMAGE = "registry.example.com/team/kfp-ddp-ray:1"
+
+
+@pytest.fixture
+def restricted(cluster, request):
+    name = cluster.create_namespace(request.node.name, pod_security="restricted")
+    yield name
+    cluster.delete_namespace(name)
+
+
+def _spec(namespace: str, **kw) -> TrainSpec:
+    base = {
+        "api": "rayjob",
+        "name": "ray",
+        "namespace": namespace,
+        "workers": 2,
+        "nproc_per_node": 2,
+        "run_id": "r",
+        "image": IMAGE,
+        "cpu_request": "2",
+        "memory_request": "4Gi",
+        "stage_data_uri": "s3://bucket/data",
+        "args": ["--epochs", "1"],
+    }
+    return TrainSpec.flat(**(base | kw))
+
+
+def test_a_rayjob_becomes_a_head_workers_and_the_submitter_all_restricted(cluster, restricted):
+    spec = _spec(restricted)
+    client.CustomObjectsApi(cluster.clients()).create_namespaced_custom_object(
+        "ray.io", "v1", restricted, "rayjobs", build_rayjob(spec), field_validation="Strict"
+    )
+    (head,) = created_pods(cluster, restricted, "ray.io/node-type=head", 1)
+    workers = created_pods(cluster, restricted, "ray.io/node-type=worker", 2)
+    for pod in [head, *workers]:
+        assert pod.metadata.labels[JOB_LABEL] == "ray"
+        (container,) = pod.spec.containers
+        assert container.name == CONTAINER and container.image == IMAGE
+        assert "ray start" in " ".join(container.args or [])  # KubeRay's command
+        assert container.security_context.read_only_root_filesystem is True
+        assert pod.spec.security_context.run_as_non_root is True
+    (ray,) = head.spec.containers
+    assert "--num-cpus=0" in " ".join(ray.args)  # the head trains nothing
+    assert not [c for c in head.spec.init_containers or [] if c.name == "stage-data"]
+    for pod in workers:
+        (ray,) = pod.spec.containers
+        assert "--num-cpus=2" in " ".join(ray.args)  # nproc_per_node Ray Train workers
+        init = [c.name for c in pod.spec.init_containers]
+        assert init[0] == "stage-data" and "wait-gcs-ready" in init  # KubeRay's, admitted too
+    for pod in [head, *workers]:
+        cluster.kubelet.run(pod)  # Running and Ready: KubeRay then submits
+    (submitter,) = created_pods(cluster, restricted, "ray.io/originated-from-crd=RayJob", 1)
+    (container,) = submitter.spec.containers
+    script = " ".join([*(container.command or []), *(container.args or [])])
+    assert "ray job submit" in script
+    assert (
+        "-- python -m trainer.ray_train --workers 4 --cpus-per-worker 1 --gpus-per-worker 0 "
+        "--name ray -- --epochs 1"
+    ) in script
+    assert container.security_context.allow_privilege_escalation is False
+    assert submitter.spec.security_context.run_as_non_root is True
+    assert {e.name for e in container.env} >= {"RAY_DASHBOARD_ADDRESS", "RAY_JOB_SUBMISSION_ID"}
+    job = client.CustomObjectsApi(cluster.clients()).get_namespaced_custom_object(
+        "ray.io", "v1", restricted, "rayjobs", "ray"
+    )
+    assert job["status"]["jobDeploymentStatus"] in ("Initializing", "Running")
+
+
+def test_the_launcher_submits_follows_and_at_its_timeout_deletes_the_rayjob(k8s):
+    """As the launcher's ServiceAccount (the rendered Role): the Ray cluster never reports the
+    job done here (its dashboard is not reachable from the operator), so the launcher's timeout
+    ends it, deleting the RayJob; every call it made is one the Role grants."""
+    spec = _spec(k8s.name, workers=1, nproc_per_node=1)
+    lines: list[str] = []
+    with pytest.raises(JobTimeout):
+        from components.launcher import run_job
+
+        run_job(spec, backend="kubernetes", options=options(k8s, lines, timeout_s=8))
+    assert jobs(k8s, "rayjob") == [] or all(
+        j["metadata"].get("deletionTimestamp") for j in jobs(k8s, "rayjob")
+    ), "\n".join(lines)
+    from components.launcher.backends.kubernetes import granted_permissions
+
+    assert refused(k8s) <= OPTIONAL_READS, refused(k8s)
+    assert calls(k8s) - OPTIONAL_READS <= granted_permissions()

@@ -1,0 +1,123 @@
+"""The RayJob of a spec, pure: against KubeRay v1.7.0's CRD (strict), its head, worker group,
+submitter and entrypoint, and what a spec of ``api="rayjob"`` refuses, naming the setting."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from components.launcher import RayJobOptions, SpecError, TrainSpec, build_manifest, build_rayjob
+from components.launcher.apis import RAYJOB
+from tests.crds import schema_errors
+
+
+def ray_spec(**kw) -> TrainSpec:
+    base = {"api": "rayjob", "name": "ray", "namespace": "team", "workers": 3, "run_id": "r"}
+    return TrainSpec.flat(**(base | kw))
+
+
+def _pods(manifest):
+    cluster = manifest["spec"]["rayClusterSpec"]
+    (group,) = cluster["workerGroupSpecs"]
+    return cluster["headGroupSpec"], group
+
+
+def test_our_trainer_as_a_rayjob_is_valid_and_says_everything_kuberay_needs():
+    spec = ray_spec(
+        nproc_per_node=2,
+        gpus_per_worker=2,
+        cpu_request="8",
+        memory_request="32Gi",
+        stage_data_uri="s3://bucket/data",
+        args=["--epochs", "3"],
+        active_deadline_seconds=3600,
+    )
+    manifest = build_rayjob(spec)
+    assert schema_errors("rayjob", manifest) == []
+    assert build_manifest(spec) == manifest
+    body = manifest["spec"]
+    assert body["submissionMode"] == "K8sJobMode" and body["shutdownAfterJobFinishes"] is True
+    assert body["backoffLimit"] == 0 and body["activeDeadlineSeconds"] == 3600
+    assert shlex.split(body["entrypoint"]) == [
+        *("python", "-m", "trainer.ray_train", "--workers", "6", "--cpus-per-worker", "1"),
+        *("--gpus-per-worker", "1", "--name", "ray", "--", "--epochs", "3", "--device", "cuda"),
+    ]
+    head, group = _pods(manifest)
+    assert head["rayStartParams"]["num-cpus"] == "0"  # the head trains nothing
+    (head_ray,) = head["template"]["spec"]["containers"]
+    assert "initContainers" not in head["template"]["spec"]  # no data staged on the head
+    assert "nvidia.com/gpu" not in str(head_ray["resources"])
+    assert [v["name"] for v in head["template"]["spec"]["volumes"]].count("staged-data") == 0
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (3, 3, 3)
+    assert group["rayStartParams"] == {"num-cpus": "2"}
+    (ray,) = group["template"]["spec"]["containers"]
+    assert ray["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert "command" not in ray and "args" not in ray  # KubeRay's ray start
+    assert group["template"]["spec"]["initContainers"][0]["name"] == "stage-data"
+    for container in (head_ray, ray):
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        probe = container["readinessProbe"]["exec"]["command"]
+        assert probe[0] == "python" and "local_raylet_healthz" in probe[2]  # no wget needed
+    assert "gcs_healthz" in head_ray["readinessProbe"]["exec"]["command"][2]
+    submitter = body["submitterPodTemplate"]["spec"]
+    (container,) = submitter["containers"]
+    assert submitter["restartPolicy"] == "Never" and "command" not in container
+    assert not [e for e in container["env"] if "valueFrom" in e]  # no secret in the submitter
+    assert submitter["securityContext"]["runAsNonRoot"] is True
+    for pod in (head["template"], group["template"], body["submitterPodTemplate"]):
+        assert pod["metadata"]["labels"][RAYJOB.pod_job_label] == "ray"
+
+
+def test_the_users_ray_program_is_the_entrypoint_and_options_land_in_the_rayjob():
+    spec = ray_spec(
+        image="registry.example.com/team/ray:1",
+        command=["python", "/app/tune.py"],
+        args=["--trials", "8"],
+        api_options=RayJobOptions(backoff_limit=2, ttl_seconds_after_finished=600),
+        kueue_queue="team-a",
+    )
+    manifest = build_rayjob(spec)
+    assert schema_errors("rayjob", manifest) == []
+    body = manifest["spec"]
+    assert body["entrypoint"] == "python /app/tune.py --trials 8"
+    assert (body["backoffLimit"], body["ttlSecondsAfterFinished"]) == (2, 600)
+    assert body["suspend"] is True  # Kueue admits it
+    assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+
+
+@pytest.mark.parametrize(
+    ("settings", "field", "words"),
+    [
+        ({"runtime_name": "torch-distributed"}, "runtime_name", "Kubeflow Trainer v2"),
+        ({"elastic_min_replicas": 1, "elastic_max_replicas": 3}, "elastic_min_replicas", "fixed"),
+        ({"scheduler_name": "volcano"}, "scheduler_name", "Kueue"),
+        ({"restart_policy": "OnFailure"}, "restart_policy", "backoff_limit"),
+        ({"env": {"RAY_ADDRESS": "x:1"}}, "env", "KubeRay"),
+        ({"name": "n" * 49}, "name", "head-svc"),
+        ({"backoff_limit": -1}, "backoff_limit", "between 0"),
+        ({"gpus_per_worker": 2, "nproc_per_node": 1}, "nproc_per_node", "one worker per GPU"),
+    ],
+)
+def test_what_a_rayjob_cannot_say_is_refused_naming_the_setting(settings, field, words):
+    with pytest.raises(SpecError) as err:
+        ray_spec(**settings)
+    assert err.value.field == field and words in str(err.value), str(err.value)
+
+
+def test_the_job_phase_comes_from_the_deployment_and_the_ray_jobs_status():
+    def phase(**status):
+        return RAYJOB.phase({"status": status})
+
+    assert phase(jobDeploymentStatus="Running", jobStatus="RUNNING").phase is None
+    assert phase(jobDeploymentStatus="Complete", jobStatus="SUCCEEDED").phase == "Succeeded"
+    failed = phase(jobDeploymentStatus="Failed", jobStatus="FAILED", reason="AppFailed")
+    assert failed.phase == "Failed" and "AppFailed" in failed.message
+    stopped = phase(jobDeploymentStatus="Complete", jobStatus="STOPPED")
+    assert stopped.phase == "Failed" and "STOPPED" in stopped.message
+    deadline = phase(jobDeploymentStatus="Failed", reason="DeadlineExceeded", message="past 60s")
+    assert deadline.phase == "Failed" and "DeadlineExceeded: past 60s" in deadline.message
+    assert RAYJOB.program_exit_code(deadline) is None
+    said = "Job entrypoint command failed with exit code 2, last available logs: ..."
+    bad_input = phase(jobDeploymentStatus="Failed", jobStatus="FAILED", message=said)
+    assert RAYJOB.program_exit_code(bad_input) == 2  # permanent: recorded, never retried

@@ -1,0 +1,51 @@
+"""A RayJob on the real node, as users run it: the real KubeRay operator, the launcher's
+ServiceAccount with the rendered Role, a namespace enforcing ``restricted``, our image with the
+``ray`` extra pulled from the loopback registry. The Ray head and 2 worker pods start (each
+worker staging the data set from S3 in its init container), KubeRay's submitter runs ``ray job
+submit`` once they are ready, and our trainer trains under Ray Train as 2 workers, one per pod;
+the launcher follows the pods' logs to the end."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.launcher import run_job
+from components.launcher.backends.kubernetes import granted_permissions
+from tests.containers.example_images import ray_image
+from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, options, refused
+from tests.launcher.test_real_node_jobs import _summary, dataset, s3_secret, trainer_spec
+
+pytestmark = [pytest.mark.node, pytest.mark.slow]
+__all__ = ["dataset"]  # the fixture, shared with the other real-node jobs
+
+
+@pytest.fixture(scope="module")
+def ray_image_pushed(podman, cpu_image, oci_registry, tmp_path_factory) -> str:
+    built = ray_image(podman, cpu_image, tmp_path_factory.mktemp("ray-image"))
+    return oci_registry.push_podman_image(
+        built, "kfp-ddp-ray:test", env={"CONTAINERS_CONF": podman.env["CONTAINERS_CONF"]}
+    )
+
+
+def test_our_trainer_trains_under_ray_train_on_two_worker_pods(
+    node_cluster, node_k8s, ray_image_pushed, dataset
+):
+    s3_secret(node_k8s, node_cluster.s3)
+    job = trainer_spec(
+        node_k8s,
+        "rayjob",
+        node_cluster,
+        dataset,
+        image=ray_image_pushed,
+        memory_request="2Gi",
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    lines: list[str] = []
+    result = run_job(job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=600))
+    log = "\n".join(lines)
+    assert result.phase == "Succeeded", f"{result.reason}\n{log[-8000:]}"
+    summary = _summary(node_cluster, dataset)
+    assert summary["world_size"] == 2 and summary["steps"] > 0
+    assert summary["replicas_in_sync"] is True
+    assert refused(node_k8s) <= OPTIONAL_READS, refused(node_k8s)
+    assert calls(node_k8s) - OPTIONAL_READS <= granted_permissions()
