@@ -52,6 +52,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainer.errors import EXIT_CONFIG
+from trainer.flags import build_arg_parser
 from trainer.torchrun import worker_exit_code
 
 PREFIX = "[ray_train]"
@@ -135,6 +136,8 @@ def _exit_status(code: object) -> int:
 def run_trainer(argv: list[str]) -> tuple[int, str | None]:
     """``trainer.train.main(argv)`` in this process: its exit status (argparse's ``SystemExit``
     included) and the last error line it wrote to stderr."""
+    # Imported here, in the worker: trainer.train loads torch and the models, which the driver
+    # (this command, on the Ray head) never needs.
     from trainer.train import main
 
     tee = _ErrorLineTee(sys.stderr)
@@ -258,8 +261,6 @@ def _say(message: str) -> None:
 def _parse_trainer_flags(flags: list[str]) -> int | None:
     """None when the trainer's flags parse, else argparse's status (2: it printed why, 0: it
     printed ``--help``): a typo fails here, before any Ray worker starts."""
-    from trainer.flags import build_arg_parser
-
     try:
         build_arg_parser().parse_args(flags)
     except SystemExit as exit_:

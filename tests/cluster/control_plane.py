@@ -52,6 +52,38 @@ CRD_FILES = {
     "argo": [ARGO_WORKFLOWS],
 }
 """The official CRDs, by the part that needs them."""
+RAYSERVICE_STAND_IN = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "rayservices.ray.io"},
+    "spec": {
+        "group": "ray.io",
+        "names": {
+            "kind": "RayService",
+            "listKind": "RayServiceList",
+            "plural": "rayservices",
+            "singular": "rayservice",
+        },
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+                "subresources": {"status": {}},
+            }
+        ],
+    },
+}
+"""The KubeRay operator also watches RayServices, and exits when their informer cannot sync
+(2 minutes after it starts); the reference has no RayService CRD, so a ``kuberay`` plane serves
+this schemaless stand-in. No test creates a RayService."""
 
 OPERATOR_SCHEMES = ("pytorchjob", "tfjob", "xgboostjob")
 """The Training Operator's job kinds a plane serves (its --enable-scheme flags and their CRDs)."""
@@ -586,6 +618,16 @@ class ControlPlane:
                     raise StartupError(f"CRD {name} was not Established within 30 s")
                 time.sleep(0.1)
 
+    def _create_crd(self, crd: dict[str, Any]) -> None:
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        try:
+            client.ApiextensionsV1Api(self.admin_client()).create_custom_resource_definition(crd)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
     def delete_crds(self, groups: tuple[str, ...]) -> None:
         """Remove the CRDs of ``groups`` and wait until they are gone (a discovery test's setup)."""
         from kubernetes import client
@@ -638,6 +680,7 @@ class ControlPlane:
             groups += list(OPERATOR_SCHEMES)
         if "kuberay" in self.parts:
             groups.append("kuberay")
+            self._create_crd(RAYSERVICE_STAND_IN)
         if "monitoring" in self.parts:
             groups.append("monitoring")
         self.install_crds(tuple(groups))

@@ -221,6 +221,16 @@ def test_pytorchjob_and_tfjob_not_served_are_preflight_errors(bare_k8s):
     assert "use api=" not in message  # a TensorFlow program has no PyTorch alternative
 
 
+def test_rayjob_not_served_is_a_preflight_error_naming_kuberay(bare_k8s):
+    bare_k8s.cluster.plane.serve_only(("trainer",))
+    with pytest.raises(PreflightError) as err:
+        run(bare_k8s, spec(bare_k8s, "rayjob"))
+    message = str(err.value)
+    assert "RayJob CRD (rayjobs.ray.io/v1) is not installed" in message
+    assert "kuberay-operator" in message and "use api=" not in message
+    assert jobs(bare_k8s, "trainjob") == []
+
+
 # -- failures --------------------------------------------------------------------------------------
 
 

@@ -44,6 +44,10 @@ def test_our_trainer_trains_under_ray_train_on_two_worker_pods(
     result = run_job(job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=600))
     log = "\n".join(lines)
     assert result.phase == "Succeeded", f"{result.reason}\n{log[-8000:]}"
+    # The launcher followed the Ray pods' logs: the head's, and the submitter's (the Ray job's,
+    # carrying the driver's and the workers' output).
+    assert "[head-0]" in log, log[-4000:]
+    assert "[submitter]" in log and "[ray_train] done: the trainer exited 0 on all 2 workers" in log
     summary = _summary(node_cluster, dataset)
     assert summary["world_size"] == 2 and summary["steps"] > 0
     assert summary["replicas_in_sync"] is True

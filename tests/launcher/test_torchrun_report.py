@@ -19,12 +19,20 @@ NOISE = 60
 """Lines the program prints before its last words: they push them far above torchrun's."""
 PROGRAM = textwrap.dedent(
     f"""
-    import os, signal, sys, time
+    import os, pathlib, signal, sys, time
     rank = int(os.environ["RANK"])
+    done = pathlib.Path(__file__).with_name("rank-0-printed")
     for n in range({NOISE}):
         print(f"rank {{rank}} working {{n}}", flush=True)
+    if rank == 0:
+        done.touch()
     if rank == 1:
-        time.sleep(1)  # rank 0's lines first: its last words are the log's last
+        # rank 0's lines first, all of them (a busy machine may start it late): rank 1's last
+        # words are the log's last, and torchrun stops rank 0 only after it printed its own
+        deadline = time.monotonic() + 60
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
         how = sys.argv[1]
         if how == "raise":
             raise FileNotFoundError("labels.txt is missing: put it beside the data")

@@ -52,3 +52,28 @@ def test_the_image_runs_as_the_non_root_user_the_launcher_asks_for():
         assert re.search(rf"mkdir -p[^\n]*{folder}", text), folder
     # Nothing runs as root after the switch.
     assert text.index(f"USER {users[-1]}") > text.rindex("RUN ")
+
+
+def test_the_ray_extra_is_only_in_the_image_that_asks_for_it():
+    """``--build-arg EXTRAS=ray`` adds pyproject's ``ray`` extra (a RayJob's image); the default
+    image's dependency list is the project's own, without Ray; an unknown extra is refused."""
+    import subprocess
+    import sys
+
+    def listed(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(REPO / "image" / "dependencies.py"), "pyproject.toml", *extra],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    plain = listed().stdout.splitlines()
+    with_ray = listed("--extras", "ray").stdout.splitlines()
+    assert not [x for x in plain if x.startswith("ray")]
+    assert with_ray[: len(plain)] == plain
+    assert [x for x in with_ray if x.startswith("ray[")] == ["ray[default,train]>=2.50"]
+    unknown = listed("--extras", "spark")
+    assert unknown.returncode != 0 and "EXTRAS='spark'" in unknown.stderr
+    assert 'ARG EXTRAS=""' in (REPO / "Dockerfile").read_text()
