@@ -598,7 +598,6 @@ class ControlPlane:
     def install_crds(self, groups: tuple[str, ...]) -> None:
         """Install the official CRDs of ``groups`` (see CRD_FILES) and wait until they serve."""
         from kubernetes import client
-        from kubernetes.client.rest import ApiException
 
         api = client.ApiextensionsV1Api(self.admin_client())
         names = []
@@ -606,11 +605,7 @@ class ControlPlane:
             for path in CRD_FILES[group]:
                 for crd in load_documents(path):
                     names.append(crd["metadata"]["name"])
-                    try:
-                        api.create_custom_resource_definition(crd)
-                    except ApiException as exc:
-                        if exc.status != 409:
-                            raise
+                    self._create_crd(crd)
         deadline = time.monotonic() + 30
         for name in names:
             while not _established(api.read_custom_resource_definition(name)):
@@ -619,6 +614,7 @@ class ControlPlane:
                 time.sleep(0.1)
 
     def _create_crd(self, crd: dict[str, Any]) -> None:
+        """Create ``crd``; one already there is fine."""
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 

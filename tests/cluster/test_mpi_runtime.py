@@ -92,7 +92,8 @@ def test_our_trainer_on_trainers_own_mpi_runtimes_is_refused_naming_the_runtime(
     )
 
 
-def _our_runtime(image: str) -> dict:
+def our_mpi_runtime(image: str) -> dict:
+    """manifests/kfp-ddp-mpi-runtime.yaml as an admin installs it: both containers run ``image``."""
     (runtime,) = load_documents(OUR_RUNTIME)
     for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
         for container in job["template"]["spec"]["template"]["spec"]["containers"]:
@@ -107,7 +108,7 @@ def test_our_mpi_runtime_runs_our_trainer_from_the_launcher_and_sshd_on_the_node
     Trainer controller turns our trainer's TrainJob into an sshd node pod and a launcher pod that
     stages the data on every node and runs mpirun, both admitted under restricted."""
     image = "registry.example.com/team/kfp-ddp:1-mpi"
-    cluster.plane.apply([_our_runtime(image)])
+    cluster.plane.apply([our_mpi_runtime(image)])
     spec = TrainSpec.flat(
         api="trainjob",
         name="ours",
@@ -146,7 +147,7 @@ def test_preflight_refuses_our_trainer_where_the_mpi_nodes_run_another_image():
         runtime_node_image,
     )
 
-    runtime = _our_runtime("registry.example.com/team/kfp-ddp:1-mpi")
+    runtime = our_mpi_runtime("registry.example.com/team/kfp-ddp:1-mpi")
     assert runtime_node_image(runtime) == "registry.example.com/team/kfp-ddp:1-mpi"
     ours = TrainSpec.flat(
         api="trainjob", name="mpi", runtime_name="kfp-ddp-mpi", image=runtime_node_image(runtime)

@@ -123,16 +123,6 @@ def _layered_image(
 def mpi_image(podman: Podman, cpu_image: str) -> str:
     """Our image's MPI variant on ``cpu_image`` (``image/build.sh local-mpi``: OpenMPI and sshd
     from Debian packages this machine's apt downloads, no network in the build)."""
-    result = subprocess.run(
-        [str(REPO / "image" / "build.sh"), "local-mpi"],
-        cwd=REPO,
-        env={**podman.env, "PYTHON": sys.executable},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if result.returncode != 0:
-        raise AssertionError(f"image/build.sh local-mpi failed:\n{result.stderr[-4000:]}")
-    name = result.stdout.strip().splitlines()[-1]
+    name = podman.build_script("local-mpi", python=sys.executable, timeout=900)
     assert name == f"{cpu_image}-mpi", (name, cpu_image)
     return name

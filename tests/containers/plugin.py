@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.containers.podman import REPO, DockerSocket, Podman, PrivateNetwork, missing
+from tests.containers.podman import DockerSocket, Podman, PrivateNetwork, missing
 
 BUILD_TIMEOUT_S = 1800  # cold, on 2 busy cores: the base (~90 s), the wheels, the layers (~4 min)
 
@@ -53,20 +53,7 @@ def cpu_image(podman, tmp_path_factory, worker_id) -> str:
     shared = base.parent if worker_id != "master" else base
     with open(shared / "cpu-image.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; the next finds it up to date
-        result = subprocess.run(
-            [str(REPO / "image" / "build.sh"), "local"],
-            cwd=REPO,
-            env={**podman.env, "PYTHON": sys.executable},
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
-        )
-    if result.returncode != 0:
-        raise AssertionError(
-            f"image/build.sh local failed ({result.returncode}):\n{result.stdout[-4000:]}\n"
-            f"{result.stderr[-6000:]}"
-        )
-    return result.stdout.strip().splitlines()[-1]
+        return podman.build_script("local", python=sys.executable, timeout=BUILD_TIMEOUT_S)
 
 
 @pytest.fixture(scope="session")

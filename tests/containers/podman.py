@@ -87,6 +87,24 @@ class Podman:
             )
         return result
 
+    def build_script(self, target: str, *, python: str, timeout: float) -> str:
+        """``image/build.sh TARGET`` (local, local-mpi) with this podman's settings: the name of
+        the image it built or found up to date (its last line)."""
+        result = subprocess.run(
+            [str(REPO / "image" / "build.sh"), target],
+            cwd=REPO,
+            env={**self.env, "PYTHON": python},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if result.returncode != 0:
+            raise AssertionError(
+                f"image/build.sh {target} failed ({result.returncode}):\n"
+                f"{result.stdout[-4000:]}\n{result.stderr[-6000:]}"
+            )
+        return result.stdout.strip().splitlines()[-1]
+
     def popen(self, *args: str, **kwargs) -> subprocess.Popen:
         return subprocess.Popen(["podman", *args], env=self.env, **kwargs)
 

@@ -11,17 +11,14 @@ import pytest
 
 from components.launcher import run_job
 from components.launcher.backends.kubernetes import granted_permissions
-from tests.cluster.control_plane import load_documents
+from tests.cluster.test_mpi_runtime import our_mpi_runtime
 from tests.containers.example_images import mpi_image
-from tests.containers.podman import REPO
 from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, options, refused
 from tests.launcher.test_real_node_jobs import _summary, dataset, s3_secret, trainer_spec
 
 pytestmark = [pytest.mark.node, pytest.mark.slow]
 
 __all__ = ["dataset"]  # the fixture, shared with the other real-node jobs
-
-RUNTIME = REPO / "manifests" / "kfp-ddp-mpi-runtime.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -32,19 +29,10 @@ def mpi_image_pushed(podman, cpu_image, oci_registry) -> str:
     )
 
 
-def _runtime(image: str) -> list[dict]:
-    """Our MPI runtime, its two containers running ``image`` (as an admin installs it)."""
-    (runtime,) = load_documents(RUNTIME)
-    for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
-        for container in job["template"]["spec"]["template"]["spec"]["containers"]:
-            container["image"] = image
-    return [runtime]
-
-
 def test_our_trainer_trains_as_mpi_ranks_across_two_pods(
     node_cluster, node_k8s, mpi_image_pushed, dataset
 ):
-    node_cluster.cluster.plane.apply(_runtime(mpi_image_pushed))
+    node_cluster.cluster.plane.apply([our_mpi_runtime(mpi_image_pushed)])
     s3_secret(node_k8s, node_cluster.s3)
     job = trainer_spec(
         node_k8s,
