@@ -33,17 +33,26 @@ _PRCTL = _libc_prctl()
 """Looked up here, in the launcher: the child between fork and exec only calls it."""
 
 
-def die_with_this_process(*, new_session: bool = False) -> Callable[[], None] | None:
-    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets SIGTERM when the calling thread
-    of this process ends (call it from the thread that also stops the child); ``new_session``:
-    the child leads a session of its own too. None where there is nothing to do."""
+def die_with_this_process(
+    *, new_session: bool = False, death_signal: signal.Signals = signal.SIGTERM
+) -> Callable[[], None] | None:
+    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets ``death_signal`` (SIGTERM: it
+    stops as it would on any) when the calling thread of this process ends (call it from the
+    thread that also stops the child); ``new_session``: the child leads a session of its own too.
+    SIGKILL for a child nobody would be there to kill when its SIGTERM hangs. None where there is
+    nothing to do."""
     if _PRCTL is None and not new_session:
         return None
-    return functools.partial(_set_parent_death_signal, _PRCTL, os.getpid(), new_session)
+    return functools.partial(
+        _set_parent_death_signal, _PRCTL, os.getpid(), new_session, death_signal
+    )
 
 
 def _set_parent_death_signal(
-    prctl: Callable[..., int] | None, launcher: int, new_session: bool
+    prctl: Callable[..., int] | None,
+    launcher: int,
+    new_session: bool,
+    death_signal: signal.Signals = signal.SIGTERM,
 ) -> None:  # pragma: no cover - runs in the child between fork and exec
     """In the child, before exec. If the parent died before the signal was set, the child is
     already an orphan and ends now."""
@@ -51,6 +60,6 @@ def _set_parent_death_signal(
         os.setsid()
     if prctl is None:
         return
-    prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    prctl(PR_SET_PDEATHSIG, int(death_signal))
     if os.getppid() != launcher:
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), death_signal)

@@ -27,6 +27,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+from kfp_ddp.console import whole_lines
 from trainer.distributed import HOSTFILE_ENV, MPI_PORT, read_hostfile
 from trainer.errors import EXIT_CONFIG, ConfigError
 
@@ -134,4 +135,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    whole_lines()  # a line of this process is never torn by another's in the one log
     sys.exit(main())

@@ -51,6 +51,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from kfp_ddp.console import whole_lines
 from trainer.errors import EXIT_CONFIG
 from trainer.flags import build_arg_parser
 from trainer.torchrun import worker_exit_code
@@ -401,4 +402,5 @@ def _first_line(err: object) -> str:
 
 
 if __name__ == "__main__":
+    whole_lines()  # a line of this process is never torn by another's in the one log
     sys.exit(main())

@@ -24,6 +24,7 @@ from __future__ import annotations
 import signal
 import sys
 
+from kfp_ddp.console import whole_lines
 from trainer.errors import ERROR_SOURCE, EXIT_PEER_LOST, EXIT_SIGTERM
 
 
@@ -89,4 +90,5 @@ def root_cause(failures: dict, exit_code: int) -> str | None:
 
 
 if __name__ == "__main__":
+    whole_lines()  # a line of this process is never torn by another's in the one log
     sys.exit(main())

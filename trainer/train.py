@@ -16,6 +16,7 @@ import typing
 from pathlib import Path
 
 from kfp_ddp.atomic_files import write_json_atomic
+from kfp_ddp.console import whole_lines
 from trainer.config import TrainConfig, config_from, load_config_file
 from trainer.device import configure_backends, select_device, settle_for_device
 from trainer.distributed import (
@@ -120,4 +121,5 @@ def _report_to_torchrun(err: TrainerError, environ: typing.Mapping[str, str]) ->
 
 
 if __name__ == "__main__":
+    whole_lines()  # a line of this process is never torn by another's in the one log
     sys.exit(main())

@@ -32,6 +32,23 @@ class JobPhase:
 
 
 @dataclass(frozen=True)
+class ChildJobs:
+    """The batch Jobs a controller makes for a job and finds again by name, not by owner (a
+    JobSet's Jobs, KubeRay's submitter): a job of the same name created again while the old
+    ones are still there (the garbage collector deletes them in the background) would take them
+    for its own, a failed one failing it at once. Listing them needs ``list`` on batch Jobs."""
+
+    selector: str
+    """A label selector, ``{name}`` the job's name; a field selector when ``by_field``."""
+    by_field: bool = False
+
+    def query(self, name: str) -> dict[str, str]:
+        """The keyword arguments of ``BatchV1Api.list_namespaced_job`` for job ``name``."""
+        key = "field_selector" if self.by_field else "label_selector"
+        return {key: self.selector.format(name=name)}
+
+
+@dataclass(frozen=True)
 class JobApi:
     """One training-job API (a CRD served by a Kubeflow controller)."""
 
@@ -55,6 +72,9 @@ class JobApi:
     """The pure manifest builder."""
     suspend_patch: dict[str, Any]
     """The merge patch that suspends a job: its controller deletes its pods, the job stays."""
+    child_jobs: ChildJobs | None = None
+    """The batch Jobs to wait for before creating a job of the same name again (None: the
+    controller makes none, or names them afresh)."""
 
     @property
     def group_version(self) -> str:
@@ -150,6 +170,7 @@ TRAINJOB = JobApi(
         '"github.com/kubeflow/trainer.git/manifests/overlays/runtimes?ref=v2.3.0")'
     ),
     build=trainjob.build_trainjob,
+    child_jobs=ChildJobs("jobset.sigs.k8s.io/jobset-name={name}"),
 )
 
 
@@ -212,6 +233,7 @@ RAYJOB = RayJobApi(
         "kuberay/kuberay-operator --version 1.7.0, from https://ray-project.github.io/kuberay-helm/)"
     ),
     build=rayjob.build_rayjob,
+    child_jobs=ChildJobs("metadata.name={name}", by_field=True),  # the submitter
 )
 JOB_APIS: dict[str, JobApi] = {
     api.name: api for api in (TRAINJOB, PYTORCHJOB, TFJOB, XGBOOSTJOB, RAYJOB)

@@ -2,9 +2,9 @@
 
 Built from ``backends.kubernetes.permissions`` (the list pre-flight checks), for every job API:
 the TrainJob, PyTorchJob, TFJob and XGBoostJob verbs, pods, pod logs, events, namespaced
-TrainingRuntimes, and creating the monitoring objects of ``metrics_port`` (PodMonitor,
-PrometheusRule; a Service and a ServiceMonitor only for ``servicemonitor``). No ClusterRole by
-default: SelfSubjectAccessReview is granted to every authenticated user already
+TrainingRuntimes, listing batch Jobs, and creating the monitoring objects of ``metrics_port``
+(PodMonitor, PrometheusRule; a Service and a ServiceMonitor only for ``servicemonitor``). No
+ClusterRole by default: SelfSubjectAccessReview is granted to every authenticated user already
 (system:basic-user), and a Kubeflow profile owner could not create one;
 ``cluster_runtime_reader`` adds one for an admin to apply. ``rbac.yaml`` beside this file is the
 rendering for the defaults (kept equal by a test).
@@ -39,6 +39,8 @@ HEADER = """\
 # --cluster-runtime-reader adds a ClusterRole for it). With metrics_port the launcher creates a
 # PodMonitor and a PrometheusRule owned by the job: the garbage collector deletes them with it;
 # Services (and ServiceMonitors) only with --servicemonitor (metrics_monitor=servicemonitor).
+# Listing batch Jobs: a job that failed for a retryable reason is created again only once the
+# Jobs its controller made (a JobSet's, KubeRay's submitter) are gone.
 """
 
 

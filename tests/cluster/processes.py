@@ -70,8 +70,9 @@ class Component:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **self.env},
                 # A Ctrl-C of the test run reaches us, not them; a test run killed outright
-                # (a CI timeout, kill -9) takes them with it instead of leaving them running.
-                preexec_fn=die_with_this_process(new_session=True),
+                # (a CI timeout, kill -9) takes them with it instead of leaving them running:
+                # SIGKILL, since a kube-apiserver whose etcd went first ignores SIGTERM.
+                preexec_fn=die_with_this_process(new_session=True, death_signal=signal.SIGKILL),
             )
         return self
 

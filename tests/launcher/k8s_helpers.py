@@ -230,6 +230,21 @@ def succeed(workers: int = 2, *, lines: int = 3, restarts: int = 0, delay: float
     return scenario
 
 
+def once_recreated(old: dict[str, Any], scenario):
+    """Scenario: ``scenario``, played on the pods of the job that replaced ``old`` (the job as
+    the API had it), never on a pod of the old one still being deleted."""
+
+    def play(job: JobPods) -> None:
+        def replaced() -> bool:
+            uid = ((job.job_object() or {}).get("metadata") or {}).get("uid")
+            return uid not in (None, old["metadata"]["uid"])
+
+        job.wait_until(replaced, 120)
+        scenario(job)
+
+    return play
+
+
 def kubeconfig_of(configuration, path: Path) -> Path:
     """A kubeconfig file for a client Configuration (server, CA, bearer token)."""
     token = configuration.api_key["authorization"].removeprefix("Bearer ")

@@ -249,6 +249,14 @@ def crash_until_the_controller_gives_up(job: JobPods, pod, code: int, reason: st
         job.sleep(0.2)
 
 
+def oom_until_failed(job: JobPods) -> None:
+    """One node OOM-killed (137: retryable) until the Job controller gives up and fails it."""
+    (pod,) = job.pods(1)
+    job.run(pod)
+    crash_until_the_controller_gives_up(job, pod, 137, "OOMKilled", 7)
+    job.sleep(60)
+
+
 def failing_node(api: str):
     """Node 1 logs 30 lines and fails for good: under ExitCode (PyTorchJob) a permanent exit
     code fails the job; under OnFailure (TrainJob's Jobs, TFJob) OOMKilled until the backoff

@@ -22,6 +22,7 @@ from tests.launcher.k8s_helpers import (
     create_directly,
     install_namespaced_runtime,
     jobs,
+    once_recreated,
     play_rayjob_status,
     role_without,
     run,
@@ -29,6 +30,7 @@ from tests.launcher.k8s_helpers import (
     spec,
     succeed,
 )
+from tests.launcher.test_k8s_backend import oom_until_failed
 
 
 def cleanup(ns, run_id: str, configuration=None) -> int:
@@ -175,6 +177,12 @@ def test_the_backend_calls_exactly_what_rbac_grants(k8s):
         create_directly(k8s, s)
         run(k8s, s, None, succeed(lines=1))
         cleanup(k8s, "run-1")
+    # A retryable failure, created again once the old JobSet's Jobs are gone (listed).
+    s = spec(k8s, "trainjob", name="oom", workers=1)
+    with pytest.raises(JobFailed, match="OOMKilled"):
+        run(k8s, s, None, oom_until_failed)
+    (old,) = [j for j in jobs(k8s, "trainjob") if j["metadata"]["name"] == "oom"]
+    run(k8s, s, None, once_recreated(old, succeed(workers=1, lines=1)))
     # A RayJob: KubeRay's verdict played (its dashboard is not served here).
     done = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
     play_rayjob_status(k8s, "ok-rayjob", done)

@@ -14,8 +14,8 @@ import pytest
 from components.launcher import JobFailed, LocalOptions, TrainSpec, job_api, run_job
 from components.launcher.names import PERMANENT_FAILURE
 from tests.cluster.play import JobPods
-from tests.launcher.k8s_helpers import APIS, jobs, run, spec, succeed
-from tests.launcher.test_k8s_backend import crash_until_the_controller_gives_up
+from tests.launcher.k8s_helpers import APIS, jobs, once_recreated, run, spec, succeed
+from tests.launcher.test_k8s_backend import oom_until_failed
 
 
 def bad_config(job: JobPods) -> None:
@@ -74,23 +74,32 @@ def test_a_retried_step_after_a_permanent_failure_allocates_nothing(k8s, api):
 def test_a_retryable_failure_is_created_again_by_the_retry_and_succeeds(k8s):
     """The Job controller gave up after OOM kills (137: retryable): the retry starts over (the
     trainer resumes from its checkpoints) instead of reporting the old failure."""
-
-    def oom_until_failed(job: JobPods) -> None:
-        (pod,) = job.pods(1)
-        job.run(pod)
-        crash_until_the_controller_gives_up(job, pod, 137, "OOMKilled", 7)
-        job.sleep(60)
-
     s = spec(k8s, "trainjob", workers=1)
     with pytest.raises(JobFailed, match="OOMKilled"):
         run(k8s, s, None, oom_until_failed)
     (job,) = jobs(k8s, "trainjob")
     assert PERMANENT_FAILURE not in (job["metadata"].get("annotations") or {})
     lines: list[str] = []
-    result = run(k8s, s, lines, succeed(workers=1, lines=1))
+    result = run(k8s, s, lines, once_recreated(job, succeed(workers=1, lines=1)))
     assert result.phase == "Succeeded" and not result.reattached
     assert any("an earlier attempt's job failed" in x and "creating it again" in x for x in lines)
     assert creates(k8s, "trainjob") == [201, 409, 201]
+    # The old JobSet's Job was gone before the new TrainJob was created: its JobSet would
+    # otherwise find the failed Job of the same name and fail at once.
+    events = k8s.cluster.plane.audit_events(namespace=k8s.name)
+    recreated = max(i for i, e in enumerate(events) if _is(e, "create", "trainjobs"))
+    old_job_gone = [i for i, e in enumerate(events) if _is(e, "delete", "jobs", "job-node-0")]
+    assert old_job_gone and old_job_gone[0] < recreated
+
+
+def _is(event: dict, verb: str, resource: str, name: str | None = None) -> bool:
+    ref = event["objectRef"]
+    return (
+        event["verb"] == verb
+        and ref.get("resource") == resource
+        and (name is None or ref.get("name") == name)
+        and event["responseStatus"]["code"] < 300
+    )
 
 
 def test_the_exit_handler_keeps_a_job_that_failed_for_good(k8s):

@@ -23,7 +23,10 @@ PROGRAM = textwrap.dedent(
     rank = int(os.environ["RANK"])
     done = pathlib.Path(__file__).with_name("rank-0-printed")
     for n in range({NOISE}):
-        print(f"rank {{rank}} working {{n}}", flush=True)
+        # One write per line: under PYTHONUNBUFFERED print() writes the newline apart, and
+        # the other rank's line lands between (kfp_ddp.console.whole_lines does it for ours).
+        sys.stdout.write(f"rank {{rank}} working {{n}}\\n")
+        sys.stdout.flush()
     if rank == 0:
         done.touch()
     if rank == 1:

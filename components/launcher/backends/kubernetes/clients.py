@@ -42,6 +42,8 @@ class Clients:
     """CustomObjectsApi: the jobs, runtimes and API discovery of their groups."""
     authz: Any
     """AuthorizationV1Api: SelfSubjectAccessReviews."""
+    batch: Any
+    """BatchV1Api: the Jobs a controller made for a job, awaited before it is created again."""
 
     @classmethod
     def connect(cls, options: KubernetesOptions) -> Clients:
@@ -54,4 +56,5 @@ class Clients:
             core=client.CoreV1Api(api),
             custom=client.CustomObjectsApi(api),
             authz=client.AuthorizationV1Api(api),
+            batch=client.BatchV1Api(api),
         )

@@ -30,6 +30,9 @@ SERVICEMONITOR_PERMISSIONS: tuple[Permission, ...] = (
 """Only with metrics_monitor=servicemonitor: a headless Service and a ServiceMonitor instead of
 the PodMonitor. Creating Services is not granted otherwise (the pipeline's account could make
 LoadBalancers with it)."""
+CHILD_JOBS_PERMISSION: Permission = ("batch", "jobs", "list")
+"""Before a job that failed for a retryable reason is created again: its controller's Jobs
+(a JobSet's, KubeRay's submitter) are gone (``JobApi.child_jobs``)."""
 RUNTIME_PERMISSION: Permission = ("trainer.kubeflow.org", "trainingruntimes", "get")
 """Pre-flight reads a namespaced TrainingRuntime (a ClusterTrainingRuntime is cluster-scoped: it
 is read when allowed and skipped with a note when not, since a Role cannot grant it)."""
@@ -43,14 +46,18 @@ def required_permissions(
     api: JobApi, *, namespaced_runtime: bool = False
 ) -> tuple[Permission, ...]:
     """What a run with ``api`` calls in its namespace."""
-    extra = (RUNTIME_PERMISSION,) if namespaced_runtime else ()
+    extra: tuple[Permission, ...] = (RUNTIME_PERMISSION,) if namespaced_runtime else ()
+    if api.child_jobs is not None:
+        extra += (CHILD_JOBS_PERMISSION,)
     return job_permissions(api) + POD_PERMISSIONS + extra
 
 
 def granted_permissions(*, servicemonitor: bool = False) -> set[Permission]:
-    """Everything the launcher's Role grants: every job API, pods, logs, events, runtimes, the
-    monitoring objects (``servicemonitor``: the Service + ServiceMonitor mode's too)."""
-    granted = set(POD_PERMISSIONS) | {RUNTIME_PERMISSION} | set(MONITORING_PERMISSIONS)
+    """Everything the launcher's Role grants: every job API, pods, logs, events, runtimes,
+    listing batch Jobs, the monitoring objects (``servicemonitor``: the Service +
+    ServiceMonitor mode's too)."""
+    granted = set(POD_PERMISSIONS) | {RUNTIME_PERMISSION, CHILD_JOBS_PERMISSION}
+    granted |= set(MONITORING_PERMISSIONS)
     if servicemonitor:
         granted |= set(SERVICEMONITOR_PERMISSIONS)
     for api in JOB_APIS.values():

@@ -134,17 +134,38 @@ class JobHandle:
         what = "suspended (its pods deleted) and kept" if suspend else "kept"
         self.note(f"{self.title} failed for good: {what}, with the reason recorded")
 
-    def recreate(self, why: str, *, timeout_s: float = 120.0) -> None:
-        """Delete the job, wait until it is gone, create it again (a retryable failure)."""
+    def recreate(self, why: str, *, timeout_s: float | None = None) -> None:
+        """Delete the job, wait until it and what its controller made for it are gone (pods,
+        ``api.child_jobs``), create it again (a retryable failure)."""
         self.note(f"{self.title}: {why}; deleting it and creating it again")
         self.delete(why)
+        if timeout_s is None:  # its pods' grace period, then a minute for the controllers
+            timeout_s = (self.spec.termination_grace_period_seconds or 30) + 60.0
         deadline = time.monotonic() + timeout_s
-        while self.get() is not None:
+        while left := self.leftovers():
             if time.monotonic() > deadline:
-                raise JobFailed(f"{self.title} was not deleted within {timeout_s:g} s")
+                raise JobFailed(
+                    f"{self.title} was deleted to be created again, but after {timeout_s:g} s "
+                    f"{', '.join(left)} still exist: delete them and retry the step"
+                )
             time.sleep(0.5)
         if self.create():
             raise JobFailed(f"{self.title} appeared again while it was being recreated")
+
+    def leftovers(self) -> list[str]:
+        """What of the deleted job is still there: itself, its pods, its controller's Jobs."""
+        api, spec = self.api, self.spec
+        left = [self.title] if self.get() is not None else []
+        pods = self.clients.core.list_namespaced_pod(
+            spec.namespace, label_selector=f"{api.pod_job_label}={spec.name}"
+        ).items
+        left += [f"pod {pod.metadata.name}" for pod in pods]
+        if api.child_jobs is not None:
+            jobs = self.clients.batch.list_namespaced_job(
+                spec.namespace, **api.child_jobs.query(spec.name)
+            ).items
+            left += [f"Job {job.metadata.name}" for job in jobs]
+        return left
 
 
 def delete_job(
