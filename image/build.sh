@@ -72,12 +72,14 @@ build() {  # build ARGS... (the context is the repository)
 local_base() {
   if has_image "$LOCAL_BASE"; then return; fi
   local tarball=$CACHE/base-$SUITE.tar
+  if [[ -d "$tarball" ]]; then rm -rf "$tarball"; fi  # a folder an older build.sh left there
   if [[ ! -s "$tarball" ]]; then
     command -v mmdebstrap > /dev/null || { say "the local base needs mmdebstrap (apt-get install mmdebstrap)"; exit 1; }
     say "making the base $LOCAL_BASE from Debian $SUITE with mmdebstrap (~90 s)"
     mkdir -p "$CACHE"
-    mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
-      "$SUITE" "$tarball.tmp"
+    # --format=tar: mmdebstrap picks the format from the name, and ".tmp" made it a folder.
+    mmdebstrap --quiet --format=tar --variant=minbase \
+      --include=python3,python3-venv,ca-certificates "$SUITE" "$tarball.tmp"
     mv "$tarball.tmp" "$tarball"
   fi
   case "$TOOL" in
