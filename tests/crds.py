@@ -23,6 +23,7 @@ CRDS = {
     "tfjob": REFERENCE / "training-operator-v1.9" / "kubeflow.org_tfjobs.yaml",
     "xgboostjob": REFERENCE / "training-operator-v1.9" / "kubeflow.org_xgboostjobs.yaml",
     "rayjob": REFERENCE / "kuberay-v1.7.0" / "ray.io_rayjobs.yaml",
+    "mpijob": REFERENCE / "mpi-operator-v0.8.0" / "kubeflow.org_mpijobs.yaml",
     "trainjob": REFERENCE / "trainer-v2.3.0" / "trainer.kubeflow.org_trainjobs.yaml",
     "clustertrainingruntime": REFERENCE
     / "trainer-v2.3.0"

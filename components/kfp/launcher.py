@@ -2,7 +2,8 @@
 
 ``training_job_component`` runs the training job — a Kubeflow Trainer v2 TrainJob or a Training
 Operator v1 PyTorchJob (``api``: trainjob, pytorchjob or auto), a TFJob or an XGBoostJob for a
-TensorFlow or XGBoost program (``api="tfjob"``, ``"xgboostjob"``), a KubeRay RayJob
+TensorFlow or XGBoost program (``api="tfjob"``, ``"xgboostjob"``), an MPI Operator MPIJob
+(``api="mpijob"``: our trainer under mpirun, or an MPI program), a KubeRay RayJob
 (``api="rayjob"``: our trainer under Ray Train, or a Ray program), or local processes — and
 outputs the model folder (``Output[Model]``: weights.pt, model.json, metrics.jsonl, summary.json —
 a TensorFlow or XGBoost program's model/ tree instead;

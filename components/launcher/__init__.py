@@ -4,10 +4,11 @@ One spec, two Kubeflow APIs: a Kubeflow Trainer v2 ``TrainJob`` (``build_trainjo
 Operator v1 ``PyTorchJob`` (``build_pytorchjob``); ``api="auto"`` submits whichever the cluster
 serves. TensorFlow and XGBoost programs run as a Training Operator v1 ``TFJob`` or ``XGBoostJob``
 (``build_tfjob``, ``build_xgboostjob``; ``api="tfjob"``/``"xgboostjob"``, always explicit), or
-XGBoost as a TrainJob on Trainer's ``xgboost-distributed`` runtime; Ray as a KubeRay ``RayJob``
+XGBoost as a TrainJob on Trainer's ``xgboost-distributed`` runtime; MPI as an MPI Operator
+``MPIJob`` (``build_mpijob``; ``api="mpijob"``, always explicit); Ray as a KubeRay ``RayJob``
 (``build_rayjob``; ``api="rayjob"``, always explicit). What only one API says is its options
 object (``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``, ``XGBoostJobOptions``,
-``RayJobOptions``) in ``TrainSpec.api_options``.
+``MPIJobOptions``, ``RayJobOptions``) in ``TrainSpec.api_options``.
 Backends: ``kubernetes`` (submit, follow, clean up) and ``local`` (processes with each API's env
 contract).
 
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, for type checkers and editors
     from components.launcher.api_options import (
+        MPIJobOptions,
         PyTorchJobOptions,
         RayJobOptions,
         TFJobOptions,
@@ -32,6 +34,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and editors
     )
     from components.launcher.apis import JOB_APIS, JobApi, build_manifest, job_api
     from components.launcher.launcher import run_job
+    from components.launcher.mpijob import build_mpijob
     from components.launcher.options import BACKENDS, KubernetesOptions, LocalOptions, options_for
     from components.launcher.pytorchjob import admission_errors, build_pytorchjob
     from components.launcher.rayjob import build_rayjob
@@ -78,6 +81,8 @@ _HOME = {
     "build_trainjob": "components.launcher.trainjob",
     "build_xgboostjob": "components.launcher.xgboostjob",
     "build_rayjob": "components.launcher.rayjob",
+    "build_mpijob": "components.launcher.mpijob",
+    "MPIJobOptions": "components.launcher.api_options",
     "RayJobOptions": "components.launcher.api_options",
 }
 """Where each public name lives. Loaded on first use (PEP 562): importing one module of the
@@ -114,6 +119,7 @@ __all__ = [
     "TrainSpec",
     "XGBoostJobOptions",
     "RayJobOptions",
+    "MPIJobOptions",
     "admission_errors",
     "build_manifest",
     "build_pytorchjob",
@@ -121,6 +127,7 @@ __all__ = [
     "build_trainjob",
     "build_xgboostjob",
     "build_rayjob",
+    "build_mpijob",
     "job_api",
     "options_for",
     "run_job",

@@ -1,5 +1,5 @@
 """What only one cluster API can say: ``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``,
-``XGBoostJobOptions``, ``RayJobOptions``.
+``XGBoostJobOptions``, ``RayJobOptions``, ``MPIJobOptions``.
 
 A ``TrainSpec`` holds what every API runs (image, command, nodes, resources, volumes, security)
 and one of these objects in ``api_options``: the settings of its API alone. An option that an API
@@ -360,10 +360,66 @@ class RayJobOptions:
         check_int(self, "ttl_seconds_after_finished", optional=True, minimum=0)
 
 
-ApiOptions = TrainJobOptions | PyTorchJobOptions | TFJobOptions | XGBoostJobOptions | RayJobOptions
+_MPI_ELASTIC = (
+    "an MPIJob has a fixed number of workers (mpirun's hostfile): set workers, and let a "
+    "retried step resume from the trainer's checkpoints"
+)
+_MPI_RUNTIME = (
+    "runtimes are a Kubeflow Trainer v2 concept: an MPIJob runs on the MPI Operator (Trainer v2 "
+    "runs MPI as api=trainjob with runtime_name=kfp-ddp-mpi)"
+)
+MPIJOB_RESTART_POLICIES = ("Never", "OnFailure")
+"""What an MPIJob's launcher may restart with (the MPI Operator's own rule)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MPIJobOptions(OperatorOptions):
+    """What an MPI Operator v2 ``MPIJob`` (``kubeflow.org/v2beta1``) says: the v1 run policy
+    (backoff, clean-up, TTL, gang scheduling), the launcher's restart policy, the workers'
+    network. OpenMPI only: ``trainer.mpirun`` reads OpenMPI's hostfile."""
+
+    API: ClassVar[str] = "mpijob"
+    INSTEAD: ClassVar[dict[str, str]] = {
+        "runtime_name": _MPI_RUNTIME,
+        "runtime_kind": _MPI_RUNTIME,
+        "ml_policy": _MPI_RUNTIME,
+        "elastic_min_replicas": _MPI_ELASTIC,
+        "elastic_max_replicas": _MPI_ELASTIC,
+        "max_restarts": _MPI_ELASTIC,
+        "ps_replicas": _PS,
+        "pytorch_master": "an MPIJob's first pod is its launcher (always there; it runs mpirun)",
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.restart_policy is not None and self.restart_policy not in MPIJOB_RESTART_POLICIES:
+            fail(
+                self,
+                "restart_policy",
+                f"an MPIJob's launcher restarts with {' or '.join(MPIJOB_RESTART_POLICIES)} (the "
+                "MPI Operator's rule); its workers are never restarted alone (mpirun cannot "
+                "take a worker back)",
+            )
+
+
+ApiOptions = (
+    TrainJobOptions
+    | PyTorchJobOptions
+    | TFJobOptions
+    | XGBoostJobOptions
+    | RayJobOptions
+    | MPIJobOptions
+)
 OPTIONS_OF_API: dict[str, type[ApiOptions]] = {
     cls.API: cls
-    for cls in (TrainJobOptions, PyTorchJobOptions, TFJobOptions, XGBoostJobOptions, RayJobOptions)
+    for cls in (
+        TrainJobOptions,
+        PyTorchJobOptions,
+        TFJobOptions,
+        XGBoostJobOptions,
+        RayJobOptions,
+        MPIJobOptions,
+    )
 }
 """Concrete API → its options class."""
 AUTO_ORDER = ("trainjob", "pytorchjob")

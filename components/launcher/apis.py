@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from components.launcher import pytorchjob, rayjob, tfjob, trainjob, xgboostjob
+from components.launcher import mpijob, pytorchjob, rayjob, tfjob, trainjob, xgboostjob
 from components.launcher.names import PERMANENT_FAILURE
 from components.launcher.spec import TrainSpec
 
@@ -217,6 +217,38 @@ class RayJobApi(JobApi):
         return JobPhase(None, "")
 
 
+@dataclass(frozen=True)
+class MPIJobApi(JobApi):
+    """An MPI Operator v2 MPIJob: its pods say their role (launcher, worker) and a worker its
+    index."""
+
+    def replica_of(self, pod: Any) -> str:
+        """``launcher`` / ``worker-<index>``."""
+        labels = pod.metadata.labels or {}
+        role, index = (labels.get(key) for key in self.replica_labels)
+        if role == "launcher":
+            return "launcher"
+        return f"worker-{index}" if role == "worker" and index is not None else pod.metadata.name
+
+
+MPIJOB = MPIJobApi(
+    name="mpijob",
+    kind=mpijob.KIND,
+    group=mpijob.API_GROUP,
+    version="v2beta1",
+    plural="mpijobs",
+    container=mpijob.CONTAINER,
+    pod_job_label="training.kubeflow.org/job-name",
+    replica_labels=("training.kubeflow.org/job-role", "training.kubeflow.org/replica-index"),
+    succeeded_condition="Succeeded",
+    suspend_patch={"spec": {"runPolicy": {"suspend": True}}},
+    install=(
+        "install the MPI Operator v0.8 (kubectl apply --server-side -f https://raw."
+        "githubusercontent.com/kubeflow/mpi-operator/v0.8.0/deploy/v2beta1/mpi-operator.yaml)"
+    ),
+    build=mpijob.build_mpijob,
+    child_jobs=ChildJobs("metadata.name={name}-launcher", by_field=True),  # the launcher Job
+)
 RAYJOB = RayJobApi(
     name="rayjob",
     kind=rayjob.KIND,
@@ -236,7 +268,7 @@ RAYJOB = RayJobApi(
     child_jobs=ChildJobs("metadata.name={name}", by_field=True),  # the submitter
 )
 JOB_APIS: dict[str, JobApi] = {
-    api.name: api for api in (TRAINJOB, PYTORCHJOB, TFJOB, XGBOOSTJOB, RAYJOB)
+    api.name: api for api in (TRAINJOB, PYTORCHJOB, TFJOB, XGBOOSTJOB, RAYJOB, MPIJOB)
 }
 """Every concrete API (cleanup and RBAC cover them all)."""
 AUTO_APIS: tuple[JobApi, ...] = (TRAINJOB, PYTORCHJOB)

@@ -118,6 +118,17 @@ KUBERAY_ENV = (
 """What the KubeRay operator gives a RayJob's pods (the Ray cluster's address, its command)."""
 
 
+MPI_OPERATOR_ENV = (
+    "OMPI_MCA_orte_default_hostfile",
+    "OMPI_MCA_plm_rsh_args",
+    "OMPI_MCA_orte_keep_fqdn_hostnames",
+    "OMPI_MCA_orte_set_default_slots",
+    "K_MPI_JOB_ROLE",
+)
+"""What the MPI Operator v0.8 gives an MPIJob's pods (OpenMPI's hostfile and ssh arguments on the
+launcher, every pod's role)."""
+
+
 def controller_env(api: str, ml_policy: str | None) -> ControllerEnv | None:
     """What the controller of ``api`` (a TrainJob: on a runtime of ``ml_policy``) sets in every
     pod (None: nothing we know of, or ``auto``, not yet decided)."""
@@ -130,4 +141,6 @@ def controller_env(api: str, ml_policy: str | None) -> ControllerEnv | None:
         return ControllerEnv("the Training Operator", OPERATOR_XGBOOST_ENV)
     if api == "rayjob":
         return ControllerEnv("the KubeRay operator", KUBERAY_ENV)
+    if api == "mpijob":
+        return ControllerEnv("the MPI Operator", MPI_OPERATOR_ENV)
     return None

@@ -1,11 +1,11 @@
 """The launcher's RBAC: a Role + RoleBinding granting exactly what the kubernetes backend calls.
 
 Built from ``backends.kubernetes.permissions`` (the list pre-flight checks), for every job API:
-the TrainJob, PyTorchJob, TFJob and XGBoostJob verbs, pods, pod logs, events, namespaced
-TrainingRuntimes, listing batch Jobs, and creating the monitoring objects of ``metrics_port``
-(PodMonitor, PrometheusRule; a Service and a ServiceMonitor only for ``servicemonitor``). No
-ClusterRole by default: SelfSubjectAccessReview is granted to every authenticated user already
-(system:basic-user), and a Kubeflow profile owner could not create one;
+the TrainJob, PyTorchJob, TFJob, XGBoostJob, MPIJob and RayJob verbs, pods, pod logs, events,
+namespaced TrainingRuntimes, listing batch Jobs, and creating the monitoring objects of
+``metrics_port`` (PodMonitor, PrometheusRule; a Service and a ServiceMonitor only for
+``servicemonitor``). No ClusterRole by default: SelfSubjectAccessReview is granted to every
+authenticated user already (system:basic-user), and a Kubeflow profile owner could not create one;
 ``cluster_runtime_reader`` adds one for an admin to apply. ``rbac.yaml`` beside this file is the
 rendering for the defaults (kept equal by a test).
 """
@@ -27,7 +27,7 @@ RUNTIME_READER = "kfp-ddp-clustertrainingruntime-reader"
 HEADER = """\
 # RBAC for the training-job launcher (components/launcher, kubernetes backend): exactly what it
 # calls, for Kubeflow Trainer v2 TrainJobs, Training Operator v1 PyTorchJobs, TFJobs and
-# XGBoostJobs, and KubeRay RayJobs alike.
+# XGBoostJobs, MPI Operator MPIJobs and KubeRay RayJobs alike.
 #
 # NAMESPACE: {namespace} (where the pipeline runs and the jobs are created).
 # SERVICE ACCOUNT: {service_account} (the pipeline's: KFP standalone pipeline-runner; multi-user

@@ -5,7 +5,8 @@ Operator v1 ``PyTorchJob``, or ``auto`` (whichever of those two the cluster serv
 submit time); ``tfjob`` and ``xgboostjob`` (the Training Operator v1 ``TFJob`` and
 ``XGBoostJob``, for TensorFlow and XGBoost programs) are only ever chosen explicitly and run your
 image and command, never our PyTorch trainer; ``rayjob`` (a KubeRay ``RayJob``, also only ever
-chosen explicitly) runs our trainer under Ray Train, or your Ray program.
+chosen explicitly) runs our trainer under Ray Train, or your Ray program; ``mpijob`` (an MPI
+Operator ``MPIJob``, likewise) runs our trainer under mpirun, or your MPI program.
 The CLI (its flags are derived from these fields), the KFP component, both backends and the tests
 all build this same object. Values are checked on construction; an error names the field, the
 value and what is allowed, and a field the chosen API cannot express is refused with the
@@ -158,11 +159,12 @@ class TrainSpec:
     """Cluster API: trainjob (Kubeflow Trainer v2), pytorchjob (Training Operator v1) or auto
     (trainjob when the cluster serves trainer.kubeflow.org/v1alpha1, else pytorchjob); tfjob and
     xgboostjob (Training Operator v1) for TensorFlow and XGBoost programs; rayjob (KubeRay) for
-    our trainer under Ray Train or your Ray program."""
+    our trainer under Ray Train or your Ray program; mpijob (MPI Operator) for our trainer under
+    mpirun or your MPI program."""
     api_options: ApiOptions | None = None
     """What only the API says (``TrainJobOptions``, ``PyTorchJobOptions``, ``TFJobOptions``,
-    ``XGBoostJobOptions``, ``RayJobOptions``; see api_options.py). None: the API's defaults (with
-    auto: whichever API the cluster serves)."""
+    ``XGBoostJobOptions``, ``MPIJobOptions``, ``RayJobOptions``; see api_options.py). None: the
+    API's defaults (with auto: whichever API the cluster serves)."""
     name: str = ""
     """Job name (DNS-1035). Empty: derived from run_id + task_name (a retried step re-attaches)."""
     namespace: str = ""
@@ -414,9 +416,12 @@ class TrainSpec:
 
     @property
     def mpi_trainer(self) -> bool:
-        """Whether our trainer runs on an MPI runtime (a TrainJob): started by mpirun from the
-        launcher pod over SSH on node pods that run sshd in this spec's image."""
-        return self.command is None and self.api == "trainjob" and self.runtime.is_mpi
+        """Whether our trainer runs under mpirun (an MPIJob, or a TrainJob on an MPI runtime):
+        started from the launcher pod over SSH on node pods that run sshd in this spec's
+        image."""
+        if self.command is not None:
+            return False
+        return self.api == "mpijob" or (self.api == "trainjob" and self.runtime.is_mpi)
 
     def container_args(self) -> list[str]:
         """The container's arguments: ``args``, plus ``--device cuda`` for our trainer on GPUs.

@@ -33,7 +33,7 @@ from kfp_ddp.s3_uri import s3_uri_problem
 if TYPE_CHECKING:  # the checks read a TrainSpec; spec.py imports this module
     from components.launcher.spec import TrainSpec
 
-APIS = ("auto", "trainjob", "pytorchjob", "tfjob", "xgboostjob", "rayjob")
+APIS = ("auto", "trainjob", "pytorchjob", "tfjob", "xgboostjob", "rayjob", "mpijob")
 """``auto``: TrainJob when the cluster serves Kubeflow Trainer v2, else PyTorchJob (never TFJob)."""
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 ML_POLICIES = ("torch", "mpi", "xgboost", "jax", "flux", "none")
@@ -200,6 +200,8 @@ def _check_pod_names(spec: TrainSpec) -> None:
         longest = f"{spec.name}-{replica}-{last}"
     elif spec.api == "rayjob":  # KubeRay's head Service: <job>-<5 characters>-head-svc
         longest = f"{spec.name}-xxxxx-head-svc"
+    elif spec.api == "mpijob":  # the launcher's Job and hostname, <job>-worker-N
+        longest = max(f"{spec.name}-launcher", f"{spec.name}-worker-{last}", key=len)
     else:  # a TrainJob's JobSet hostname <job>-node-<index>-0 (auto may become either)
         longest = max(f"{spec.name}-node-{last}-0", f"{spec.name}-worker-{last}", key=len)
     if len(longest) > 63:
@@ -427,6 +429,14 @@ def _check_api_support(spec: TrainSpec) -> None:
         _check_runtime_policy(spec)
     if spec.api == "rayjob" and spec.command is None:
         _check_ray_train_gpus(spec)
+    if spec.api == "mpijob" and spec.image == DEFAULT_IMAGE:
+        fail(
+            spec,
+            "image",
+            "an MPIJob's workers run sshd and its launcher mpirun, which this image lacks: set "
+            f"image to our image's MPI variant ({DEFAULT_IMAGE}-mpi, or make image-local-mpi), "
+            "or to your own image with OpenMPI and sshd set up as image/mpi/ sets ours up",
+        )
     if spec.api != "auto" and spec.framework != "pytorch":  # auto is checked once bound
         _check_users_program(spec)
 

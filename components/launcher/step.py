@@ -148,7 +148,8 @@ class TrainingStepInputs:
     nodes get as environment variables (never values in the manifest)."""
     api: str = "auto"
     """trainjob (Trainer v2), pytorchjob (Training Operator v1), auto, tfjob
-    (TensorFlow), xgboostjob (XGBoost) or rayjob (KubeRay: Ray Train)."""
+    (TensorFlow), xgboostjob (XGBoost), mpijob (MPI Operator: mpirun) or rayjob (KubeRay: Ray
+    Train)."""
     name: str = ""
     """job name; empty derives one from the run and task, so a retry re-attaches."""
     namespace: str = ""

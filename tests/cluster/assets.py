@@ -28,6 +28,7 @@ CONTROLLERS = (
     "trainer-controller-manager",
     "training-operator",
     "kuberay-operator",
+    "mpi-operator",
 )
 COMPILER = "kfp-argo-compile"
 HOW_TO_GET = (

@@ -35,6 +35,7 @@ JOBSET = REFERENCE / "jobset-v0.12.0"
 OPERATOR = REFERENCE / "training-operator-v1.9"
 PROMETHEUS = REFERENCE / "prometheus-operator-v0.93"
 KUBERAY = REFERENCE / "kuberay-v1.7.0"
+MPI_OPERATOR = REFERENCE / "mpi-operator-v0.8.0"
 ARGO_WORKFLOWS = REFERENCE / "argo-workflows-v4.0.8" / "argoproj.io_workflows.full.yaml"
 
 CRD_FILES = {
@@ -48,6 +49,7 @@ CRD_FILES = {
     "tfjob": [OPERATOR / "kubeflow.org_tfjobs.yaml"],
     "xgboostjob": [OPERATOR / "kubeflow.org_xgboostjobs.yaml"],
     "kuberay": [KUBERAY / "ray.io_rayclusters.yaml", KUBERAY / "ray.io_rayjobs.yaml"],
+    "mpijob": [MPI_OPERATOR / "kubeflow.org_mpijobs.yaml"],
     "monitoring": sorted(PROMETHEUS.glob("monitoring.coreos.com_*.yaml")),
     "argo": [ARGO_WORKFLOWS],
 }
@@ -88,11 +90,20 @@ this schemaless stand-in. No test creates a RayService."""
 OPERATOR_SCHEMES = ("pytorchjob", "tfjob", "xgboostjob")
 """The Training Operator's job kinds a plane serves (its --enable-scheme flags and their CRDs)."""
 PARTS = ("controller-manager", "trainer", "training-operator", "kuberay", "monitoring")
-"""What a plane can run: ``trainer`` brings JobSet too; ``training-operator`` serves PyTorchJob,
-TFJob and XGBoostJob; ``kuberay`` is the KubeRay operator v1.7.0 (RayJob, RayCluster);
+"""What a plane runs by default: ``trainer`` brings JobSet too; ``training-operator`` serves
+PyTorchJob, TFJob and XGBoostJob, and the MPI Operator's MPIJob CRD (``kubeflow.org/v2beta1``,
+the same CRD name as the operator's old v1 MPIJob, which it does not serve here) without an
+operator, for played MPIJobs; ``mpi-operator`` (not a default: see ``MPI_OPERATOR_HEALTH``) runs
+the MPI Operator v0.8.0 itself; ``kuberay`` is the KubeRay operator v1.7.0 (RayJob, RayCluster);
 ``monitoring`` installs the Prometheus Operator's CRDs (no operator runs). A plane of no parts
 (an API server alone) runs without the API server's watch cache: its watches read etcd
 directly, so ``compact_etcd`` makes an older resourceVersion answer 410 Gone."""
+
+MPI_OPERATOR_HEALTH = 8080
+"""The MPI Operator v0.8.0 serves /healthz on :8080 of every interface, which no flag changes:
+one plane on the machine at a time may run it (the real node's, under its host-wide lock)."""
+MPI_OPERATOR_NAMESPACE = "mpi-operator"
+"""Where it holds its leader-election Lease (always on in v0.8.0)."""
 
 ADMIN_USER = "admin"
 NODE_CONTROLLERS = (
@@ -151,7 +162,7 @@ def reference_missing() -> list[str]:
     """The reference files a full plane needs that are absent."""
     files = [
         path
-        for group in ("jobset", "trainer", "pytorchjob", "tfjob", "xgboostjob", "kuberay")
+        for group in ("jobset", "trainer", "pytorchjob", "tfjob", "xgboostjob", "mpijob", "kuberay")
         for path in CRD_FILES[group]
     ]
     files += [
@@ -163,6 +174,16 @@ def reference_missing() -> list[str]:
         ENVTEST_CONFIG / "trainer-config.yaml",
     ]
     return [str(path) for path in files if not path.is_file()]
+
+
+def _port_taken(port: int) -> bool:
+    """Whether something listens on ``port`` of this machine (on any interface)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
 
 
 def load_documents(path: Path) -> list[dict[str, Any]]:
@@ -186,6 +207,7 @@ class Ports:
     operator_metrics: int
     kuberay_metrics: int
     kuberay_health: int
+    mpi_operator_metrics: int
 
     @classmethod
     def pick(cls) -> Ports:
@@ -261,6 +283,8 @@ class ControlPlane:
             names.append("training-operator")
         if "kuberay" in self.parts:
             names.append("kuberay-operator")
+        if "mpi-operator" in self.parts:
+            names.append("mpi-operator")
         return tuple(name for name in names if name in (*CORE, *CONTROLLERS))
 
     # -- start / stop --------------------------------------------------------------------------
@@ -383,6 +407,8 @@ class ControlPlane:
             started.append(self._start_training_operator())
         if "kuberay" in self.parts:
             started.append(self._start_kuberay())
+        if "mpi-operator" in self.parts:
+            started.append(self._start_mpi_operator())
         # Registered before the controllers are ready: the Training Operator's cert rotator
         # waits until it finds its webhook configuration.
         self._register_webhooks()
@@ -561,6 +587,31 @@ class ControlPlane:
         )
         return component, f"http://127.0.0.1:{p.kuberay_health}/readyz"
 
+    def _start_mpi_operator(self) -> tuple[Component, str]:
+        """The MPI Operator, as its README starts it here: its leader-election namespace first,
+        its health port fixed (``MPI_OPERATOR_HEALTH``), its metrics on a port of this plane."""
+        from kubernetes import client
+
+        if _port_taken(MPI_OPERATOR_HEALTH):
+            raise StartupError(
+                f"the MPI Operator needs port {MPI_OPERATOR_HEALTH} (its /healthz, fixed in "
+                "v0.8.0), which another process holds"
+            )
+        core = client.CoreV1Api(self.admin_client())
+        core.create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=MPI_OPERATOR_NAMESPACE))
+        )
+        component = self._component(
+            "mpi-operator",
+            [
+                str(self.binaries["mpi-operator"]),
+                f"--kubeConfig={self.kubeconfig()}",
+                f"--monitoring-port={self.ports.mpi_operator_metrics}",
+                "-v=2",
+            ],
+        )
+        return component, f"http://127.0.0.1:{MPI_OPERATOR_HEALTH}/healthz"
+
     # -- objects -------------------------------------------------------------------------------
 
     def admin_configuration(self) -> Any:
@@ -662,9 +713,9 @@ class ControlPlane:
         return revision
 
     def serve_only(self, groups: tuple[str, ...]) -> None:
-        """Serve the job CRDs of ``groups`` (of trainer, OPERATOR_SCHEMES and kuberay) and no
-        other."""
-        jobs = ("trainer", *OPERATOR_SCHEMES, "kuberay")
+        """Serve the job CRDs of ``groups`` (of trainer, OPERATOR_SCHEMES, mpijob and kuberay)
+        and no other."""
+        jobs = ("trainer", *OPERATOR_SCHEMES, "mpijob", "kuberay")
         self.delete_crds(tuple(g for g in jobs if g not in groups))
         self.install_crds(groups)
 
@@ -674,6 +725,8 @@ class ControlPlane:
             groups += ["jobset", "trainer"]
         if "training-operator" in self.parts:
             groups += list(OPERATOR_SCHEMES)
+        if "training-operator" in self.parts or "mpi-operator" in self.parts:
+            groups.append("mpijob")
         if "kuberay" in self.parts:
             groups.append("kuberay")
             self._create_crd(RAYSERVICE_STAND_IN)

@@ -40,6 +40,10 @@ from tests.cluster.node import GATEWAY, NODE_BINARIES, RealNode, build_pause, mi
 from tests.cluster.plugin import Cluster, Namespace, namespace_on
 from tests.cluster.processes import StartupError
 
+NODE_PARTS = (*PARTS, "mpi-operator")
+"""The node's plane runs the MPI Operator too: its host-wide lock makes it the only plane here
+that binds the operator's fixed health port."""
+
 NODE_NAME = "node-0"
 PAUSE_TAG = "pause:kfp-ddp-test"
 HOST_LOCK = Path("/run/lock/kfp-ddp-real-node.lock")
@@ -226,7 +230,7 @@ def started_node(tmp_path_factory, podman, cpu_image, oci_registry, binaries):
     try:
         for attempt in range(1, 4):
             plane = ControlPlane(
-                folder / f"plane-{attempt}", binaries, parts=PARTS, node_name=NODE_NAME
+                folder / f"plane-{attempt}", binaries, parts=NODE_PARTS, node_name=NODE_NAME
             )
             try:
                 plane.start()

@@ -298,3 +298,62 @@ def play_rayjob_status(ns: Namespace, name: str, status: dict[str, Any]) -> Any:
     thread = threading.Thread(target=play, name=f"kuberay-{name}", daemon=True)
     thread.start()
     return thread
+
+
+def play_mpijob(ns: Namespace, spec: TrainSpec, exit_code: int) -> Any:
+    """Play the MPI Operator and the kubelet for the MPIJob of ``spec`` (the default planes serve
+    its CRD, and the real operator runs only on the real node's plane), in the background: once
+    the job exists, its launcher pod (the manifest's template, the operator's job-name label)
+    runs, logs a line and exits ``exit_code``; then the job's condition says how it ended, as the
+    operator writes it. Returns the thread."""
+    import threading
+    import time
+
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from components.launcher.apis import MPIJOB
+
+    def play() -> None:
+        custom, core = client.CustomObjectsApi(ns.admin()), client.CoreV1Api(ns.admin())
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                custom.get_namespaced_custom_object(
+                    MPIJOB.group, MPIJOB.version, ns.name, MPIJOB.plural, spec.name
+                )
+                break
+            except ApiException as exc:
+                if exc.status != 404 or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
+        template = MPIJOB.build(spec)["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+        role, _ = MPIJOB.replica_labels
+        template["metadata"]["labels"] |= {MPIJOB.pod_job_label: spec.name, role: "launcher"}
+        pod = core.create_namespaced_pod(
+            ns.name,
+            {"metadata": {"name": f"{spec.name}-launcher-x1x2x", **template["metadata"]}}
+            | {"spec": template["spec"]},
+        )
+        ns.kubelet.run(pod)
+        ns.kubelet.log(pod, "[mpirun] played launcher")
+        ns.kubelet.exit(pod, exit_code)
+        ended = "Succeeded" if exit_code == 0 else "Failed"
+        condition = {
+            "type": ended,
+            "status": "True",
+            "reason": f"MPIJob{ended}",
+            "message": f"MPIJob {ns.name}/{spec.name} {ended.lower()}.",
+        }
+        custom.patch_namespaced_custom_object_status(
+            MPIJOB.group,
+            MPIJOB.version,
+            ns.name,
+            MPIJOB.plural,
+            spec.name,
+            {"status": {"conditions": [condition]}},
+        )
+
+    thread = threading.Thread(target=play, name=f"mpi-operator-{spec.name}", daemon=True)
+    thread.start()
+    return thread

@@ -231,6 +231,18 @@ def test_rayjob_not_served_is_a_preflight_error_naming_kuberay(bare_k8s):
     assert jobs(bare_k8s, "trainjob") == []
 
 
+def test_mpijob_not_served_is_a_preflight_error_naming_the_mpi_operator(bare_k8s):
+    """A cluster with the Training Operator's old v1 MPIJob, or none: the v2beta1 MPIJob is
+    not served, and pre-flight says what to install before anything is created."""
+    bare_k8s.cluster.plane.serve_only(("trainer", "pytorchjob"))
+    with pytest.raises(PreflightError) as err:
+        run(bare_k8s, spec(bare_k8s, "mpijob", image="registry.example.com/mpi:1"))
+    message = str(err.value)
+    assert "MPIJob CRD (mpijobs.kubeflow.org/v2beta1) is not installed" in message, message
+    assert "mpi-operator" in message and "use api=" not in message
+    assert jobs(bare_k8s, "trainjob") == [] and jobs(bare_k8s, "pytorchjob") == []
+
+
 # -- failures --------------------------------------------------------------------------------------
 
 

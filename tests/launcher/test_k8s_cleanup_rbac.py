@@ -23,6 +23,7 @@ from tests.launcher.k8s_helpers import (
     install_namespaced_runtime,
     jobs,
     once_recreated,
+    play_mpijob,
     play_rayjob_status,
     role_without,
     run,
@@ -31,6 +32,7 @@ from tests.launcher.k8s_helpers import (
     succeed,
 )
 from tests.launcher.test_k8s_backend import oom_until_failed
+from tests.launcher.test_manifest_mpijob import MPI_IMAGE
 
 
 def cleanup(ns, run_id: str, configuration=None) -> int:
@@ -199,6 +201,20 @@ def test_the_backend_calls_exactly_what_rbac_grants(k8s):
     s = spec(k8s, "rayjob", name="again-rayjob", run_id="run-2")
     create_directly(k8s, s)
     play_rayjob_status(k8s, "again-rayjob", done)
+    run(k8s, s)  # re-attached (get)
+    cleanup(k8s, "run-1")
+    # An MPIJob: the operator and the launcher pod played (the real operator runs on the node's
+    # plane only). Exit 2: recorded as permanent (patch).
+    s = spec(k8s, "mpijob", name="ok-mpijob", image=MPI_IMAGE)
+    play_mpijob(k8s, s, 0)
+    run(k8s, s)
+    s = spec(k8s, "mpijob", name="bad-mpijob", image=MPI_IMAGE)
+    play_mpijob(k8s, s, 2)
+    with pytest.raises(JobFailed, match="exit"):
+        run(k8s, s)
+    s = spec(k8s, "mpijob", name="again-mpijob", run_id="run-2", image=MPI_IMAGE)
+    create_directly(k8s, s)
+    play_mpijob(k8s, s, 0)
     run(k8s, s)  # re-attached (get)
     cleanup(k8s, "run-1")
     install_namespaced_runtime(k8s, "mine")

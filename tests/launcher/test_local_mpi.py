@@ -69,3 +69,19 @@ def test_our_trainer_on_our_mpi_runtime_needs_no_command(tmp_path: Path):
     assert any(line.startswith("[launcher-0] [mpirun] mpirun -np 2 ") for line in lines), lines
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["world_size"] == 2
+
+
+def test_an_mpijob_runs_here_as_its_launcher_does(tmp_path: Path):
+    """``api=mpijob`` (the MPI Operator's): one launcher replica with OpenMPI's hostfile
+    variable, our trainer under ``trainer.mpirun`` on every slot."""
+    spec = _spec(
+        tmp_path, api="mpijob", runtime_name=None, command=None, image="registry.example.com/m:1"
+    )
+    assert spec.container_command() == MPI_TRAINER
+    lines: list[str] = []
+    options = LocalOptions(log=lines.append, workdir=tmp_path, handle_sigterm=False)
+    result = run_job(spec, backend="local", options=options)
+    assert result.phase == "Succeeded", "\n".join(lines)
+    assert any(line.startswith("[launcher-0] [mpirun] mpirun -np 2 ") for line in lines), lines
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["world_size"] == 2

@@ -54,3 +54,23 @@ def test_our_trainer_trains_as_mpi_ranks_across_two_pods(
     assert summary["replicas_in_sync"] is True
     assert refused(node_k8s) <= OPTIONAL_READS, refused(node_k8s)
     assert calls(node_k8s) - OPTIONAL_READS <= granted_permissions()
+
+
+def test_our_trainer_trains_as_an_mpijob_of_the_real_mpi_operator(
+    node_cluster, node_k8s, mpi_image_pushed, dataset
+):
+    """The MPI Operator v0.8.0 makes the SSH key, the hostfile and the workers; each worker
+    stages the data set in its init container and runs sshd as UID 1000; once they are ready the
+    operator starts the launcher, whose mpirun runs 2 ranks across the 2 workers."""
+    s3_secret(node_k8s, node_cluster.s3)
+    job = trainer_spec(node_k8s, "mpijob", node_cluster, dataset, image=mpi_image_pushed)
+    lines: list[str] = []
+    result = run_job(job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=600))
+    log = "\n".join(lines)
+    assert result.phase == "Succeeded", f"{result.reason}\n{log[-6000:]}"
+    assert "x 2 (mpirun)" in log, log[-6000:]
+    summary = _summary(node_cluster, dataset)
+    assert summary["world_size"] == 2 and summary["steps"] > 0
+    assert summary["replicas_in_sync"] is True
+    assert refused(node_k8s) <= OPTIONAL_READS, refused(node_k8s)
+    assert calls(node_k8s) - OPTIONAL_READS <= granted_permissions()

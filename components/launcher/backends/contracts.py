@@ -7,9 +7,10 @@ the replicas with these; ``dry_run`` shows them.
 - **trainjob**, ``torch`` runtime (``torch-distributed``; also ``auto``): ``node-0..N-1`` with
   ``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``,
   ``PET_MASTER_PORT``; torchrun in each node turns them into RANK/WORLD_SIZE/LOCAL_RANK.
-- **trainjob**, ``mpi`` runtime (``deepspeed-distributed``, ``mlx-distributed``): one replica,
-  ``launcher-0``, with the runtime's ``OMPI_MCA_orte_default_hostfile`` (here ``localhost`` with
-  every slot) and a free ``MASTER_PORT``.
+- **trainjob**, ``mpi`` runtime (``kfp-ddp-mpi``, ``deepspeed-distributed``...), and
+  **mpijob**: one replica, ``launcher-0``, with the ``OMPI_MCA_orte_default_hostfile`` the
+  runtime or the MPI Operator gives (here ``localhost`` with every slot) and a free
+  ``MASTER_PORT``.
 - **trainjob**, ``xgboost`` runtime (``xgboost-distributed``): ``node-0..N-1`` with
   ``DMLC_TRACKER_URI`` (node 0, which runs XGBoost's tracker), ``DMLC_TRACKER_PORT``,
   ``DMLC_TASK_ID`` (the node's index) and ``DMLC_NUM_WORKER``, as Trainer's XGBoost plugin sets
@@ -67,6 +68,12 @@ def local_api(spec: TrainSpec) -> str:
     return spec.api
 
 
+def mpi_launcher(spec: TrainSpec) -> bool:
+    """Whether the job is one mpirun launcher here (an MPIJob, a TrainJob on an MPI runtime)."""
+    api = local_api(spec)
+    return api == "mpijob" or (api == "trainjob" and local_policy(spec) == "mpi")
+
+
 def local_policy(spec: TrainSpec) -> str:
     """A TrainJob's runtime policy here: given or known from the runtime's name, else ``torch``
     (there is no cluster to read the runtime from)."""
@@ -89,9 +96,9 @@ def replica_names(spec: TrainSpec) -> list[str]:
         return ["submitter", "head-0", *(f"worker-{i}" for i in range(spec.workers))]
     if api == "tfjob":
         return [task.name for task in tf_tasks(spec)]
+    if mpi_launcher(spec):
+        return ["launcher-0"]
     if api == "trainjob":
-        if local_policy(spec) == "mpi":
-            return ["launcher-0"]
         return [f"node-{i}" for i in range(spec.workers)]
     if api == "xgboostjob" or with_master(spec):
         return ["master-0"] + [f"worker-{i}" for i in range(spec.workers - 1)]
@@ -114,6 +121,8 @@ def node_contract(
         # would turn it on for some of the cluster's processes only.
         auth = {"RAY_AUTH_MODE": "disabled"}
         return auth if rank == 1 else auth | {"RAY_ADDRESS": f"{LOOPBACK}:{ports[1]}"}
+    if mpi_launcher(spec):
+        return _mpi_contract(spec, port, mpi_hostfile)
     if api == "trainjob":
         return _trainjob_contract(spec, rank, port, mpi_hostfile)
     if not with_master(spec):
@@ -139,14 +148,16 @@ def _torch_contract(spec: TrainSpec, rank: int, port: int) -> dict[str, str]:
     }
 
 
+def _mpi_contract(spec: TrainSpec, port: int, mpi_hostfile: Path) -> dict[str, str]:
+    return {
+        "OMPI_MCA_orte_default_hostfile": str(mpi_hostfile),
+        "OMPI_MCA_orte_set_default_slots": str(spec.nproc_per_node),
+        "MASTER_PORT": str(port),
+    }
+
+
 def _trainjob_contract(spec: TrainSpec, rank: int, port: int, mpi_hostfile: Path) -> dict[str, str]:
     policy = local_policy(spec)
-    if policy == "mpi":
-        return {
-            "OMPI_MCA_orte_default_hostfile": str(mpi_hostfile),
-            "OMPI_MCA_orte_set_default_slots": str(spec.nproc_per_node),
-            "MASTER_PORT": str(port),
-        }
     if policy == "xgboost":
         return {
             "DMLC_TRACKER_URI": LOOPBACK,

@@ -52,7 +52,7 @@ from components.launcher.backends.contracts import (
     CONTRACT_VARIABLES,
     FIRST_REPLICA_SUCCEEDS,
     local_api,
-    local_policy,
+    mpi_launcher,
     node_contract,
     replica_names,
     with_master,
@@ -530,7 +530,7 @@ class LocalRun:
         if earlier is not None:
             raise earlier
         self.logs.note(f"local {self.api} contract, {self.spec.workers} node(s)")
-        if self.api == "trainjob" and local_policy(self.spec) == "mpi":
+        if mpi_launcher(self.spec):
             self._write_mpi_hostfile()
         return LocalJob(self, clock, self._start_group(clock.restarts))
 

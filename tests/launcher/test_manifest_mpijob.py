@@ -1,0 +1,138 @@
+"""The MPIJob of a spec, pure: against the MPI Operator v0.8.0's CRD (strict), its launcher and
+workers, and what a spec of ``api="mpijob"`` refuses, naming the setting."""
+
+from __future__ import annotations
+
+import pytest
+
+from components import DEFAULT_IMAGE
+from components.launcher import SpecError, TrainSpec, build_manifest
+from components.launcher.api_options import MPIJobOptions
+from components.launcher.mpijob import SSH_AUTH_MOUNT_PATH, SSHD, build_mpijob
+from tests.crds import schema_errors
+
+MPI_IMAGE = f"{DEFAULT_IMAGE}-mpi"
+
+
+def mpi_spec(**kw) -> TrainSpec:
+    base = {
+        "api": "mpijob",
+        "name": "mpi",
+        "namespace": "team",
+        "workers": 3,
+        "run_id": "r",
+        "image": MPI_IMAGE,
+    }
+    return TrainSpec.flat(**(base | kw))
+
+
+def _replicas(manifest):
+    replicas = manifest["spec"]["mpiReplicaSpecs"]
+    return replicas["Launcher"], replicas["Worker"]
+
+
+def test_our_trainer_as_an_mpijob_is_valid_and_says_everything_the_operator_needs():
+    spec = mpi_spec(
+        nproc_per_node=2,
+        gpus_per_worker=2,
+        cpu_request="8",
+        memory_request="32Gi",
+        stage_data_uri="s3://bucket/data",
+        args=["--epochs", "3"],
+        active_deadline_seconds=3600,
+        env={"NCCL_DEBUG": "INFO"},
+    )
+    manifest = build_mpijob(spec)
+    assert schema_errors("mpijob", manifest) == []
+    assert build_manifest(spec) == manifest
+    assert (manifest["apiVersion"], manifest["kind"]) == ("kubeflow.org/v2beta1", "MPIJob")
+    body = manifest["spec"]
+    assert body["slotsPerWorker"] == 2 and body["mpiImplementation"] == "OpenMPI"
+    assert body["sshAuthMountPath"] == SSH_AUTH_MOUNT_PATH == "/home/kfp-ddp/.ssh"
+    assert body["launcherCreationPolicy"] == "WaitForWorkersReady"  # sshd up before mpirun
+    run = body["runPolicy"]
+    assert run["backoffLimit"] == 0 and run["activeDeadlineSeconds"] == 3600
+    assert run["cleanPodPolicy"] == "Running" and "suspend" not in run
+    launcher, worker = _replicas(manifest)
+    assert (launcher["replicas"], launcher["restartPolicy"]) == (1, "Never")
+    assert (worker["replicas"], worker["restartPolicy"]) == (3, "Never")
+    (mpirun,) = launcher["template"]["spec"]["containers"]
+    assert mpirun["command"] == ["python", "-m", "trainer.mpirun", "-m", "trainer.train"]
+    assert mpirun["args"] == ["--epochs", "3", "--device", "cuda"]  # the ranks' flags
+    assert {"name": "NCCL_DEBUG", "value": "INFO"} in mpirun["env"]  # mpirun forwards it
+    assert "nvidia.com/gpu" not in str(mpirun["resources"])  # the launcher trains nothing
+    assert "initContainers" not in launcher["template"]["spec"]  # nor stages data
+    (sshd,) = worker["template"]["spec"]["containers"]
+    assert sshd["command"] == list(SSHD) and "args" not in sshd
+    assert sshd["readinessProbe"]["exec"]["command"] == ["test", "-s", "/tmp/sshd.pid"]
+    assert sshd["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert sshd["resources"]["requests"]["cpu"] == "8"
+    assert worker["template"]["spec"]["initContainers"][0]["name"] == "stage-data"
+    for pod in (launcher["template"]["spec"], worker["template"]["spec"]):
+        (container,) = pod["containers"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] == 1000  # sshd's user, the key's owner
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_the_users_mpi_program_runs_on_the_launcher():
+    spec = mpi_spec(
+        image="registry.example.com/horovod:1",
+        command=["mpirun", "python", "/app/train.py"],
+        args=["--lr", "0.1"],
+        workers=2,
+    )
+    manifest = build_mpijob(spec)
+    assert schema_errors("mpijob", manifest) == []
+    launcher, worker = _replicas(manifest)
+    (mpirun,) = launcher["template"]["spec"]["containers"]
+    assert mpirun["command"] == ["mpirun", "python", "/app/train.py"]
+    assert mpirun["args"] == ["--lr", "0.1"]
+    assert mpirun["image"] == "registry.example.com/horovod:1"
+    (sshd,) = worker["template"]["spec"]["containers"]
+    assert sshd["command"] == list(SSHD)
+
+
+def test_run_policy_options_and_kueue():
+    spec = mpi_spec(
+        backoff_limit=2,
+        clean_pod_policy="All",
+        ttl_seconds_after_finished=60,
+        restart_policy="OnFailure",
+        scheduler_name="volcano",
+        kueue_queue="team-queue",
+    )
+    assert isinstance(spec.api_options, MPIJobOptions)
+    manifest = build_mpijob(spec)
+    assert schema_errors("mpijob", manifest) == []
+    run = manifest["spec"]["runPolicy"]
+    assert (run["backoffLimit"], run["cleanPodPolicy"], run["ttlSecondsAfterFinished"]) == (
+        2,
+        "All",
+        60,
+    )
+    assert run["schedulingPolicy"]["minAvailable"] == spec.pod_count
+    assert run["suspend"] is True
+    launcher, _ = _replicas(manifest)
+    assert launcher["restartPolicy"] == "OnFailure"
+
+
+@pytest.mark.parametrize(
+    ("settings", "field", "says"),
+    [
+        ({"image": DEFAULT_IMAGE}, "image", f"{DEFAULT_IMAGE}-mpi"),
+        ({"restart_policy": "ExitCode"}, "restart_policy", "Never or OnFailure"),
+        ({"runtime_name": "kfp-ddp-mpi"}, "runtime_name", "api=trainjob"),
+        ({"elastic_min_replicas": 1, "elastic_max_replicas": 2}, "elastic_min_replicas", "fixed"),
+        ({"ps_replicas": 1}, "ps_replicas", "api=tfjob"),
+        ({"pytorch_master": True}, "pytorch_master", "launcher"),
+        ({"env": {"OMPI_MCA_orte_default_hostfile": "/x"}}, "env", "the MPI Operator"),
+        ({"name": "a" * 56}, "name", "launcher"),
+    ],
+)
+def test_what_an_mpijob_refuses_names_the_setting(settings, field, says):
+    with pytest.raises(SpecError) as refused:
+        mpi_spec(**settings)
+    assert refused.value.field == field
+    assert says in str(refused.value)
