@@ -18,7 +18,13 @@ from typing import Any
 import click
 import yaml
 
-from components.launcher.api_options import PyTorchJobOptions, TFJobOptions, TrainJobOptions
+from components.launcher.api_options import (
+    MPIJobOptions,
+    OperatorOptions,
+    PyTorchJobOptions,
+    TFJobOptions,
+    TrainJobOptions,
+)
 from components.launcher.cli_flags import _pairs, dataclass_options, flag_of, values_to_fields
 from components.launcher.options import KubernetesOptions, LocalOptions
 from components.launcher.result import JobCancelled, JobFailed, PreflightError
@@ -29,9 +35,11 @@ FLAG_SOURCES: tuple[tuple[type, tuple[str, ...]], ...] = (
     (TrainJobOptions, ()),
     (PyTorchJobOptions, ()),
     (TFJobOptions, tuple(f.name for f in dataclasses.fields(PyTorchJobOptions))),
+    (MPIJobOptions, tuple(f.name for f in dataclasses.fields(OperatorOptions))),
 )
-"""The classes whose fields are the flags (each setting once: a TFJob shares the Training
-Operator's with a PyTorchJob), and the fields of each that are not flags."""
+"""The classes whose fields are the flags (each setting once: a TFJob and an MPIJob share the
+Training Operator's with a PyTorchJob; an XGBoostJob and a RayJob have none of their own), and
+the fields of each that are not flags."""
 SPEC_FLAGS = {
     f.name: flag_of(f)
     for cls, skip in FLAG_SOURCES

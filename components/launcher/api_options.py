@@ -25,6 +25,7 @@ from components.launcher.names import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from components.launcher.spec_rules import (
     CLEAN_POD_POLICIES,
     ML_POLICIES,
+    MPI_IMPLEMENTATIONS,
     RESTART_POLICIES,
     RUNTIME_KINDS,
     SpecError,
@@ -64,6 +65,16 @@ _TF_ELASTIC = (
     "elastic training is torchrun's (a PyTorchJob's elasticPolicy); a TFJob has a fixed number "
     "of workers: set workers, and let a restarted replica resume from its checkpoint (Keras "
     "BackupAndRestore or tf.train.CheckpointManager)"
+)
+
+
+_MPIJOB_ONLY = (
+    "the MPI implementation is an MPIJob's setting: use api=mpijob (the MPI Operator) for an MPI "
+    "program"
+)
+_TRAINJOB_MPI = (
+    "a TrainJob's MPI implementation is its MPI runtime's (mlPolicy.mpi.mpiImplementation): set "
+    "it in your runtime and set runtime_name to it"
 )
 
 
@@ -116,6 +127,7 @@ class TrainJobOptions:
         "ps_replicas": _PS,
         "pytorch_master": "a TrainJob's nodes meet through the torch-distributed runtime's own "
         "rendezvous (PET_MASTER_ADDR: node 0); there is no Master replica to ask for",
+        "mpi_implementation": _TRAINJOB_MPI,
     }
     """Other APIs' options → how a TrainJob says it instead (or why it cannot)."""
 
@@ -226,6 +238,7 @@ class PyTorchJobOptions(OperatorOptions):
         "runtime_kind": _V2_RUNTIME,
         "ml_policy": _ML_POLICY,
         "ps_replicas": _PS,
+        "mpi_implementation": _MPIJOB_ONLY,
     }
 
     pytorch_master: bool = False
@@ -282,6 +295,7 @@ class TFJobOptions(OperatorOptions):
         "elastic_max_replicas": _TF_ELASTIC,
         "max_restarts": _TF_ELASTIC,
         "pytorch_master": "a TFJob's first replica is its Chief (always there)",
+        "mpi_implementation": _MPIJOB_ONLY,
     }
 
     ps_replicas: int = 0
@@ -309,6 +323,7 @@ class XGBoostJobOptions(OperatorOptions):
         "max_restarts": _XGB_ELASTIC,
         "ps_replicas": _PS,
         "pytorch_master": "an XGBoostJob's first replica is its Master (always there)",
+        "mpi_implementation": _MPIJOB_ONLY,
     }
 
 
@@ -347,6 +362,7 @@ class RayJobOptions:
         "(shutdownAfterJobFinishes), after ttl_seconds_after_finished",
         "ps_replicas": _PS,
         "pytorch_master": "a RayJob's first pod is its Ray head (always there; it trains nothing)",
+        "mpi_implementation": _MPIJOB_ONLY,
     }
 
     backoff_limit: int | None = None
@@ -376,7 +392,7 @@ MPIJOB_RESTART_POLICIES = ("Never", "OnFailure")
 class MPIJobOptions(OperatorOptions):
     """What an MPI Operator v2 ``MPIJob`` (``kubeflow.org/v2beta1``) says: the v1 run policy
     (backoff, clean-up, TTL, gang scheduling), the launcher's restart policy, the workers'
-    network. OpenMPI only: ``trainer.mpirun`` reads OpenMPI's hostfile."""
+    network, the MPI implementation."""
 
     API: ClassVar[str] = "mpijob"
     INSTEAD: ClassVar[dict[str, str]] = {
@@ -390,8 +406,14 @@ class MPIJobOptions(OperatorOptions):
         "pytorch_master": "an MPIJob's first pod is its launcher (always there; it runs mpirun)",
     }
 
+    mpi_implementation: str | None = None
+    """MPIJob: the MPI of the job's image, OpenMPI, Intel or MPICH (None: OpenMPI); the operator
+    writes the hostfile and the launcher's variables for it. Our trainer runs under OpenMPI only
+    (``trainer.mpirun``); Intel MPI and MPICH run your ``command``."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        _choice(self, "mpi_implementation", MPI_IMPLEMENTATIONS)
         if self.restart_policy is not None and self.restart_policy not in MPIJOB_RESTART_POLICIES:
             fail(
                 self,

@@ -21,7 +21,8 @@ whose pod runs ``mpirun``. The mapping:
   never retried and a retried step resumes from the checkpoints), deadline, cleanPodPolicy,
   TTL, gang scheduling, ``suspend`` for Kueue.
 
-OpenMPI only (``trainer.mpirun`` reads OpenMPI's hostfile variable).
+``mpiImplementation``: OpenMPI by default, the one our trainer runs under (``trainer.mpirun``
+reads OpenMPI's hostfile variable); Intel MPI or MPICH for the user's command.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ SSHD_PID_FILE = "/tmp/sshd.pid"
 LAUNCHER_CPU = "500m"
 LAUNCHER_MEMORY = "1Gi"
 DEFAULT_BACKOFF_LIMIT = 0
+DEFAULT_MPI_IMPLEMENTATION = "OpenMPI"
 DEFAULT_LAUNCHER_RESTART_POLICY = "Never"
 
 
@@ -88,7 +90,7 @@ def build_mpijob(spec: TrainSpec) -> dict[str, Any]:
     """The MPIJob manifest of ``spec`` as a plain dict (pure; touches no cluster)."""
     if spec.api != "mpijob":
         spec = spec.for_api("mpijob")  # refuses what an MPIJob cannot express
-    options = spec.operator
+    options = spec.mpi
     run_policy = pod_parts.plain(training_operator.run_policy(spec))
     backoff = options.backoff_limit
     run_policy["backoffLimit"] = DEFAULT_BACKOFF_LIMIT if backoff is None else backoff
@@ -101,7 +103,7 @@ def build_mpijob(spec: TrainSpec) -> dict[str, Any]:
         "metadata": metadata,
         "spec": {
             "slotsPerWorker": spec.nproc_per_node or 1,
-            "mpiImplementation": "OpenMPI",
+            "mpiImplementation": options.mpi_implementation or DEFAULT_MPI_IMPLEMENTATION,
             "sshAuthMountPath": SSH_AUTH_MOUNT_PATH,
             "launcherCreationPolicy": "WaitForWorkersReady",
             "runPolicy": run_policy,

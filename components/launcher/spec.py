@@ -27,6 +27,7 @@ from components.launcher.api_options import (
     OPTIONS_OF_API,
     SETTINGS_OF_APIS,
     ApiOptions,
+    MPIJobOptions,
     OperatorOptions,
     PyTorchJobOptions,
     RayJobOptions,
@@ -330,6 +331,13 @@ class TrainSpec:
         if isinstance(self.api_options, RayJobOptions):
             return self.api_options
         return RayJobOptions()
+
+    @property
+    def mpi(self) -> MPIJobOptions:
+        """The MPIJob options (the defaults for a spec of another API)."""
+        if isinstance(self.api_options, MPIJobOptions):
+            return self.api_options
+        return MPIJobOptions()
 
     @property
     def operator(self) -> OperatorOptions:

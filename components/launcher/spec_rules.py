@@ -85,11 +85,14 @@ SPEC_CHOICES: dict[str, tuple[str, ...]] = {
     "qos": QOS_CLASSES,
 }
 """TrainSpec fields whose value must be one of a fixed set."""
+MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
+"""What the MPI Operator v0.8 writes an MPIJob's hostfile and launcher variables for."""
 CHOICES: dict[str, tuple[str, ...]] = SPEC_CHOICES | {
     "runtime_kind": RUNTIME_KINDS,
     "ml_policy": ML_POLICIES,
     "restart_policy": RESTART_POLICIES,
     "clean_pod_policy": CLEAN_POD_POLICIES,
+    "mpi_implementation": MPI_IMPLEMENTATIONS,
 }
 """Settings of the flat form (the spec's and its API options') whose value must be one of a
 fixed set (the CLI shows them as choices; the options objects check their own)."""
@@ -429,6 +432,8 @@ def _check_api_support(spec: TrainSpec) -> None:
         _check_runtime_policy(spec)
     if spec.api == "rayjob" and spec.command is None:
         _check_ray_train_gpus(spec)
+    if spec.api == "mpijob" and spec.command is None:
+        _check_mpi_implementation(spec)
     if spec.api == "mpijob" and spec.image == DEFAULT_IMAGE:
         fail(
             spec,
@@ -456,6 +461,20 @@ def _check_ray_train_gpus(spec: TrainSpec) -> None:
             "nproc_per_node",
             f"under Ray Train our trainer runs one worker per GPU: with gpus_per_worker={gpus} "
             f"set nproc_per_node={gpus} (Ray Train workers per pod)",
+        )
+
+
+def _check_mpi_implementation(spec: TrainSpec) -> None:
+    """Our trainer starts under OpenMPI's mpirun (``trainer.mpirun`` reads its hostfile)."""
+    options = spec.api_options
+    chosen = getattr(options, "mpi_implementation", None)
+    if chosen not in (None, "OpenMPI"):
+        fail(
+            options,
+            "mpi_implementation",
+            "our trainer starts under OpenMPI's mpirun (trainer.mpirun, in the image's MPI "
+            "variant): leave it unset (OpenMPI), or give your own command for an image with "
+            f"{chosen}",
         )
 
 

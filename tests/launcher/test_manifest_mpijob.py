@@ -118,11 +118,25 @@ def test_run_policy_options_and_kueue():
     assert launcher["restartPolicy"] == "OnFailure"
 
 
+def test_an_mpi_program_of_the_users_says_its_mpi_implementation():
+    spec = mpi_spec(
+        image="registry.example.com/mpich-app:1",
+        command=["mpirun", "/app/solver"],
+        mpi_implementation="MPICH",
+    )
+    manifest = build_mpijob(spec)
+    assert schema_errors("mpijob", manifest) == []
+    assert manifest["spec"]["mpiImplementation"] == "MPICH"
+    assert build_mpijob(mpi_spec())["spec"]["mpiImplementation"] == "OpenMPI"
+
+
 @pytest.mark.parametrize(
     ("settings", "field", "says"),
     [
         ({"image": DEFAULT_IMAGE}, "image", f"{DEFAULT_IMAGE}-mpi"),
         ({"restart_policy": "ExitCode"}, "restart_policy", "Never or OnFailure"),
+        ({"mpi_implementation": "Intel"}, "mpi_implementation", "OpenMPI's mpirun"),
+        ({"mpi_implementation": "LAM"}, "mpi_implementation", "OpenMPI, Intel, MPICH"),
         ({"runtime_name": "kfp-ddp-mpi"}, "runtime_name", "api=trainjob"),
         ({"elastic_min_replicas": 1, "elastic_max_replicas": 2}, "elastic_min_replicas", "fixed"),
         ({"ps_replicas": 1}, "ps_replicas", "api=tfjob"),

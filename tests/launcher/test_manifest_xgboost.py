@@ -50,6 +50,7 @@ def container(manifest: dict, rtype: str = "Master") -> dict:
 # -- the spec --------------------------------------------------------------------------------------
 
 XGBOOSTJOB_REFUSALS = {
+    "mpi_implementation": ({"mpi_implementation": "Intel"}, "api=mpijob"),
     "runtime_name": ({"runtime_name": "xgboost-distributed"}, "runtime_name=xgboost-distributed"),
     "runtime_kind": ({"runtime_kind": "TrainingRuntime"}, "use api=trainjob"),
     "ml_policy": ({"ml_policy": "xgboost"}, "an mlPolicy (MPI, XGBoost...)"),

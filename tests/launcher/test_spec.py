@@ -135,7 +135,23 @@ def test_every_v1_only_field_has_a_tested_refusal():
         "elastic_max_replicas",
         "ps_replicas",
         "pytorch_master",
+        "mpi_implementation",  # an MPIJob's, not a PyTorchJob's: below
     }
+
+
+@pytest.mark.parametrize(
+    ("api", "says"),
+    [
+        ("trainjob", "mlPolicy.mpi.mpiImplementation"),
+        ("pytorchjob", "api=mpijob"),
+        ("rayjob", "api=mpijob"),
+    ],
+)
+def test_only_an_mpijob_says_its_mpi_implementation(api, says):
+    with pytest.raises(SpecError) as err:
+        TrainSpec.flat(api=api, name="j", mpi_implementation="MPICH")
+    assert err.value.field == "mpi_implementation"
+    assert f"api={api} cannot express it" in str(err.value) and says in str(err.value)
 
 
 @pytest.mark.parametrize("field", sorted(TRAINJOB_REFUSALS))
@@ -258,6 +274,7 @@ TF = {
     "command": ["python", "t.py"],
 }
 TFJOB_REFUSALS = {
+    "mpi_implementation": ({"mpi_implementation": "Intel"}, "api=mpijob"),
     "runtime_name": ({"runtime_name": "torch-distributed"}, "no TensorFlow runtime"),
     "runtime_kind": ({"runtime_kind": "TrainingRuntime"}, "Training Operator v1"),
     "ml_policy": ({"ml_policy": "mpi"}, "an mlPolicy (MPI, XGBoost...) is a Kubeflow Trainer v2"),
