@@ -19,7 +19,9 @@ whose pod runs ``mpirun``. The mapping:
   key allowed in);
 - ``runPolicy``: backoff limit (the launcher Job's retries: 0 by default, a permanent error is
   never retried and a retried step resumes from the checkpoints), deadline, cleanPodPolicy,
-  TTL, gang scheduling, ``suspend`` for Kueue.
+  TTL, ``suspend`` for Kueue, and gang scheduling (honoured when the operator runs with
+  ``--gang-scheduling``) of the workers: ``minAvailable`` = ``workers`` by default, since the
+  launcher is created only once they are ready and so cannot be in their gang.
 
 ``mpiImplementation``: OpenMPI by default, the one our trainer runs under (``trainer.mpirun``
 reads OpenMPI's hostfile variable); Intel MPI or MPICH for the user's command.
