@@ -68,14 +68,20 @@ _TF_ELASTIC = (
 )
 
 
-_MPIJOB_ONLY = (
-    "the MPI implementation is an MPIJob's setting: use api=mpijob (the MPI Operator) for an MPI "
-    "program"
-)
-_TRAINJOB_MPI = (
-    "a TrainJob's MPI implementation is its MPI runtime's (mlPolicy.mpi.mpiImplementation): set "
-    "it in your runtime and set runtime_name to it"
-)
+_MPIJOB_ONLY = "an MPIJob's setting: use api=mpijob (the MPI Operator) for an MPI program"
+_TRAINJOB_MPI = {
+    "mpi_implementation": "mlPolicy.mpi.mpiImplementation",
+    "mpi_worker_command": "its node pods' command",
+    "ssh_auth_mount_path": "mlPolicy.mpi.sshAuthMountPath",
+}
+"""What a TrainJob's MPI runtime says instead of an MPIJob's option."""
+
+
+def _in_your_mpi_runtime(name: str) -> str:
+    return (
+        f"a TrainJob's MPI runtime says it ({_TRAINJOB_MPI[name]}): set it in your runtime and "
+        "set runtime_name to it"
+    )
 
 
 def _name(options: Any, name: str, pattern: Any, limit: int, example: str) -> None:
@@ -127,7 +133,7 @@ class TrainJobOptions:
         "ps_replicas": _PS,
         "pytorch_master": "a TrainJob's nodes meet through the torch-distributed runtime's own "
         "rendezvous (PET_MASTER_ADDR: node 0); there is no Master replica to ask for",
-        "mpi_implementation": _TRAINJOB_MPI,
+        **{name: _in_your_mpi_runtime(name) for name in _TRAINJOB_MPI},
     }
     """Other APIs' options → how a TrainJob says it instead (or why it cannot)."""
 
@@ -238,7 +244,7 @@ class PyTorchJobOptions(OperatorOptions):
         "runtime_kind": _V2_RUNTIME,
         "ml_policy": _ML_POLICY,
         "ps_replicas": _PS,
-        "mpi_implementation": _MPIJOB_ONLY,
+        **dict.fromkeys(_TRAINJOB_MPI, _MPIJOB_ONLY),
     }
 
     pytorch_master: bool = False
@@ -295,7 +301,7 @@ class TFJobOptions(OperatorOptions):
         "elastic_max_replicas": _TF_ELASTIC,
         "max_restarts": _TF_ELASTIC,
         "pytorch_master": "a TFJob's first replica is its Chief (always there)",
-        "mpi_implementation": _MPIJOB_ONLY,
+        **dict.fromkeys(_TRAINJOB_MPI, _MPIJOB_ONLY),
     }
 
     ps_replicas: int = 0
@@ -323,7 +329,7 @@ class XGBoostJobOptions(OperatorOptions):
         "max_restarts": _XGB_ELASTIC,
         "ps_replicas": _PS,
         "pytorch_master": "an XGBoostJob's first replica is its Master (always there)",
-        "mpi_implementation": _MPIJOB_ONLY,
+        **dict.fromkeys(_TRAINJOB_MPI, _MPIJOB_ONLY),
     }
 
 
@@ -362,7 +368,7 @@ class RayJobOptions:
         "(shutdownAfterJobFinishes), after ttl_seconds_after_finished",
         "ps_replicas": _PS,
         "pytorch_master": "a RayJob's first pod is its Ray head (always there; it trains nothing)",
-        "mpi_implementation": _MPIJOB_ONLY,
+        **dict.fromkeys(_TRAINJOB_MPI, _MPIJOB_ONLY),
     }
 
     backoff_limit: int | None = None
@@ -411,9 +417,26 @@ class MPIJobOptions(OperatorOptions):
     writes the hostfile and the launcher's variables for it. Our trainer runs under OpenMPI only
     (``trainer.mpirun``); Intel MPI and MPICH run your ``command``."""
 
+    mpi_worker_command: list[str] | None = None
+    """MPIJob: how a worker starts sshd in your image (None: as in our image's MPI variant,
+    ``image/mpi/``, ready once sshd wrote its pid file; yours: ready once it runs)."""
+    ssh_auth_mount_path: str | None = None
+    """MPIJob: where the job's SSH key is mounted: the ``~/.ssh`` of your image's user (None:
+    ``/home/kfp-ddp/.ssh``, our image's)."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
         _choice(self, "mpi_implementation", MPI_IMPLEMENTATIONS)
+        command = self.mpi_worker_command
+        if command is not None and (
+            not isinstance(command, list | tuple)
+            or not command
+            or not all(isinstance(word, str) and word for word in command)
+        ):
+            fail(self, "mpi_worker_command", "must be a non-empty list of strings")
+        path = self.ssh_auth_mount_path
+        if path is not None and (not isinstance(path, str) or not path.startswith("/")):
+            fail(self, "ssh_auth_mount_path", "must be an absolute path, e.g. /home/mpiuser/.ssh")
         if self.restart_policy is not None and self.restart_policy not in MPIJOB_RESTART_POLICIES:
             fail(
                 self,

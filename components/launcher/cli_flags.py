@@ -5,8 +5,8 @@ still works, with a warning) with its attribute docstring
 as help and its default shown: ``bool`` → ``--x/--no-x``; ``int``/``float``/``str`` (optional or
 not) → a typed option, with the allowed values when the field has ``choices``; ``list[...]`` →
 a repeatable option; ``dict[str, str]`` → a repeatable ``KEY=VALUE`` option, added to the field's
-default; ``list[str] | None`` named ``command`` → a JSON list. ``values_to_fields`` turns click's
-parameters back into keyword arguments for the dataclass.
+default; ``list[str] | None`` named ``command`` or ``mpi_worker_command`` → a JSON list.
+``values_to_fields`` turns click's parameters back into keyword arguments for the dataclass.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import click
 
 from kfp_ddp.field_docs import field_docs
 
-JSON_LIST_FIELDS = ("command",)
+JSON_LIST_FIELDS = ("command", "mpi_worker_command")
 OLD = "__old_flag"
 """Suffix of the parameter name of a renamed field's old flag."""
 

@@ -16,7 +16,8 @@ whose pod runs ``mpirun``. The mapping:
   mpirun on every slot (``python -m trainer.mpirun -m trainer.train FLAGS``) or the user's
   ``command`` and ``args``;
 - ``sshAuthMountPath``: the image's user's ``~/.ssh`` (the job's key is the host key and the one
-  key allowed in);
+  key allowed in); ``ssh_auth_mount_path`` and ``mpi_worker_command`` say them for an image
+  whose sshd is set up otherwise than ours;
 - ``runPolicy``: backoff limit (the launcher Job's retries: 0 by default, a permanent error is
   never retried and a retried step resumes from the checkpoints), deadline, cleanPodPolicy,
   TTL, ``suspend`` for Kueue, and gang scheduling (honoured when the operator runs with
@@ -56,8 +57,12 @@ DEFAULT_LAUNCHER_RESTART_POLICY = "Never"
 def _worker(spec: TrainSpec) -> dict[str, Any]:
     template = pod_parts.plain(training_operator.build_pod_template(spec, CONTAINER))
     (container,) = template["spec"]["containers"]
-    container["command"] = list(SSHD)
     container.pop("args", None)
+    own = spec.mpi.mpi_worker_command
+    if own is not None:  # the user's image's sshd: ready once it runs
+        container["command"] = list(own)
+        return template
+    container["command"] = list(SSHD)
     # Ready once sshd listens (it writes its pid file after binding its port); a tcpSocket
     # probe would log a failed key exchange every period.
     container["readinessProbe"] = {
@@ -106,7 +111,7 @@ def build_mpijob(spec: TrainSpec) -> dict[str, Any]:
         "spec": {
             "slotsPerWorker": spec.nproc_per_node or 1,
             "mpiImplementation": options.mpi_implementation or DEFAULT_MPI_IMPLEMENTATION,
-            "sshAuthMountPath": SSH_AUTH_MOUNT_PATH,
+            "sshAuthMountPath": options.ssh_auth_mount_path or SSH_AUTH_MOUNT_PATH,
             "launcherCreationPolicy": "WaitForWorkersReady",
             "runPolicy": run_policy,
             "mpiReplicaSpecs": {

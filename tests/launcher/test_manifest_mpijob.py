@@ -130,6 +130,24 @@ def test_an_mpi_program_of_the_users_says_its_mpi_implementation():
     assert build_mpijob(mpi_spec())["spec"]["mpiImplementation"] == "OpenMPI"
 
 
+def test_an_image_whose_sshd_is_set_up_otherwise_says_how():
+    """An image of the MPI Operator's examples: its user's ~/.ssh, its sshd's own config."""
+    sshd = ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
+    spec = mpi_spec(
+        image="registry.example.com/mpi-pi:openmpi",
+        command=["mpirun", "/home/mpiuser/pi"],
+        mpi_worker_command=sshd,
+        ssh_auth_mount_path="/home/mpiuser/.ssh",
+    )
+    manifest = build_mpijob(spec)
+    assert schema_errors("mpijob", manifest) == []
+    assert manifest["spec"]["sshAuthMountPath"] == "/home/mpiuser/.ssh"
+    _, worker = _replicas(manifest)
+    (container,) = worker["template"]["spec"]["containers"]
+    assert container["command"] == sshd
+    assert "readinessProbe" not in container  # our pid file is not there: ready once it runs
+
+
 @pytest.mark.parametrize(
     ("settings", "field", "says"),
     [
@@ -137,6 +155,8 @@ def test_an_mpi_program_of_the_users_says_its_mpi_implementation():
         ({"restart_policy": "ExitCode"}, "restart_policy", "Never or OnFailure"),
         ({"mpi_implementation": "Intel"}, "mpi_implementation", "OpenMPI's mpirun"),
         ({"mpi_implementation": "LAM"}, "mpi_implementation", "OpenMPI, Intel, MPICH"),
+        ({"mpi_worker_command": []}, "mpi_worker_command", "non-empty list"),
+        ({"ssh_auth_mount_path": ".ssh"}, "ssh_auth_mount_path", "absolute path"),
         ({"runtime_name": "kfp-ddp-mpi"}, "runtime_name", "api=trainjob"),
         ({"elastic_min_replicas": 1, "elastic_max_replicas": 2}, "elastic_min_replicas", "fixed"),
         ({"ps_replicas": 1}, "ps_replicas", "api=tfjob"),

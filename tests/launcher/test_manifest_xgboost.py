@@ -51,6 +51,8 @@ def container(manifest: dict, rtype: str = "Master") -> dict:
 
 XGBOOSTJOB_REFUSALS = {
     "mpi_implementation": ({"mpi_implementation": "Intel"}, "api=mpijob"),
+    "mpi_worker_command": ({"mpi_worker_command": ["sshd"]}, "api=mpijob"),
+    "ssh_auth_mount_path": ({"ssh_auth_mount_path": "/home/u/.ssh"}, "api=mpijob"),
     "runtime_name": ({"runtime_name": "xgboost-distributed"}, "runtime_name=xgboost-distributed"),
     "runtime_kind": ({"runtime_kind": "TrainingRuntime"}, "use api=trainjob"),
     "ml_policy": ({"ml_policy": "xgboost"}, "an mlPolicy (MPI, XGBoost...)"),

@@ -135,22 +135,28 @@ def test_every_v1_only_field_has_a_tested_refusal():
         "elastic_max_replicas",
         "ps_replicas",
         "pytorch_master",
-        "mpi_implementation",  # an MPIJob's, not a PyTorchJob's: below
+        # An MPIJob's, not a PyTorchJob's: below.
+        "mpi_implementation",
+        "mpi_worker_command",
+        "ssh_auth_mount_path",
     }
 
 
 @pytest.mark.parametrize(
-    ("api", "says"),
+    ("setting", "trainjob_says"),
     [
-        ("trainjob", "mlPolicy.mpi.mpiImplementation"),
-        ("pytorchjob", "api=mpijob"),
-        ("rayjob", "api=mpijob"),
+        ({"mpi_implementation": "MPICH"}, "mlPolicy.mpi.mpiImplementation"),
+        ({"mpi_worker_command": ["/usr/sbin/sshd", "-De"]}, "its node pods' command"),
+        ({"ssh_auth_mount_path": "/home/mpiuser/.ssh"}, "mlPolicy.mpi.sshAuthMountPath"),
     ],
 )
-def test_only_an_mpijob_says_its_mpi_implementation(api, says):
+@pytest.mark.parametrize("api", ["trainjob", "pytorchjob", "rayjob"])
+def test_only_an_mpijob_says_how_its_mpi_runs(api, setting, trainjob_says):
     with pytest.raises(SpecError) as err:
-        TrainSpec.flat(api=api, name="j", mpi_implementation="MPICH")
-    assert err.value.field == "mpi_implementation"
+        TrainSpec.flat(api=api, name="j", **setting)
+    (name,) = setting
+    says = trainjob_says if api == "trainjob" else "api=mpijob"
+    assert err.value.field == name
     assert f"api={api} cannot express it" in str(err.value) and says in str(err.value)
 
 
@@ -275,6 +281,8 @@ TF = {
 }
 TFJOB_REFUSALS = {
     "mpi_implementation": ({"mpi_implementation": "Intel"}, "api=mpijob"),
+    "mpi_worker_command": ({"mpi_worker_command": ["sshd"]}, "api=mpijob"),
+    "ssh_auth_mount_path": ({"ssh_auth_mount_path": "/home/u/.ssh"}, "api=mpijob"),
     "runtime_name": ({"runtime_name": "torch-distributed"}, "no TensorFlow runtime"),
     "runtime_kind": ({"runtime_kind": "TrainingRuntime"}, "Training Operator v1"),
     "ml_policy": ({"ml_policy": "mpi"}, "an mlPolicy (MPI, XGBoost...) is a Kubeflow Trainer v2"),
