@@ -61,14 +61,7 @@ def test_our_trainer_on_our_mpi_runtime_needs_no_command(tmp_path: Path):
     """``runtime_name=kfp-ddp-mpi`` and no ``command``: the launcher replica starts our trainer
     under ``trainer.mpirun`` by itself."""
     spec = _spec(tmp_path, runtime_name="kfp-ddp-mpi", command=None)
-    assert spec.container_command() == MPI_TRAINER
-    lines: list[str] = []
-    options = LocalOptions(log=lines.append, workdir=tmp_path, handle_sigterm=False)
-    result = run_job(spec, backend="local", options=options)
-    assert result.phase == "Succeeded", "\n".join(lines)
-    assert any(line.startswith("[launcher-0] [mpirun] mpirun -np 2 ") for line in lines), lines
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["world_size"] == 2
+    _trains_under_mpirun_with_no_command(spec, tmp_path)
 
 
 def test_an_mpijob_runs_here_as_its_launcher_does(tmp_path: Path):
@@ -77,6 +70,11 @@ def test_an_mpijob_runs_here_as_its_launcher_does(tmp_path: Path):
     spec = _spec(
         tmp_path, api="mpijob", runtime_name=None, command=None, image="registry.example.com/m:1"
     )
+    _trains_under_mpirun_with_no_command(spec, tmp_path)
+
+
+def _trains_under_mpirun_with_no_command(spec: TrainSpec, tmp_path: Path) -> None:
+    """The launcher replica starts our trainer under ``trainer.mpirun`` by itself, 2 ranks."""
     assert spec.container_command() == MPI_TRAINER
     lines: list[str] = []
     options = LocalOptions(log=lines.append, workdir=tmp_path, handle_sigterm=False)
