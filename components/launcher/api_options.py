@@ -375,7 +375,8 @@ class RayJobOptions:
     """RayJob retries, each on a new Ray cluster (None: 0 — KubeRay cannot tell a permanent
     error; a retried pipeline step resumes from the checkpoints)."""
     ttl_seconds_after_finished: int | None = None
-    """RayJob: how long the finished job's Ray cluster is kept (None: a week)."""
+    """RayJob: how long the finished job's Ray cluster (its pods, GPUs included) is kept
+    (None: 60 s)."""
 
     def __post_init__(self) -> None:
         check_int(self, "backoff_limit", optional=True, minimum=0)

@@ -54,8 +54,10 @@ HEAD_MEMORY = "2Gi"
 SUBMITTER_CPU = "200m"
 SUBMITTER_MEMORY = "512Mi"
 DEFAULT_BACKOFF_LIMIT = 0
-DEFAULT_TTL_SECONDS = 7 * 24 * 3600
-"""How long KubeRay keeps the finished job's Ray cluster (with shutdownAfterJobFinishes)."""
+DEFAULT_TTL_SECONDS = 60
+"""How long KubeRay keeps the finished job's Ray cluster (with shutdownAfterJobFinishes): a
+minute. Its pods keep running (and holding their GPUs) until then, failed or not; the driver's
+log stays in the submitter Job, which goes with the RayJob."""
 RAY_TRAIN = ("python", "-m", "trainer.ray_train")
 RAYLET_HEALTH = "http://localhost:52365/api/local_raylet_healthz"
 GCS_HEALTH = "http://localhost:8265/api/gcs_healthz"

@@ -39,6 +39,7 @@ def test_our_trainer_as_a_rayjob_is_valid_and_says_everything_kuberay_needs():
     body = manifest["spec"]
     assert body["submissionMode"] == "K8sJobMode" and body["shutdownAfterJobFinishes"] is True
     assert body["backoffLimit"] == 0 and body["activeDeadlineSeconds"] == 3600
+    assert body["ttlSecondsAfterFinished"] == 60  # a finished job's pods hold no GPU for long
     assert shlex.split(body["entrypoint"]) == [
         *("python", "-m", "trainer.ray_train", "--workers", "6", "--cpus-per-worker", "1"),
         *("--gpus-per-worker", "1", "--name", "ray", "--", "--epochs", "3", "--device", "cuda"),
