@@ -75,6 +75,10 @@ class JobApi:
     child_jobs: ChildJobs | None = None
     """The batch Jobs to wait for before creating a job of the same name again (None: the
     controller makes none, or names them afresh)."""
+    pods_exit_as_the_program: bool = True
+    """Whether a pod's container exit is the program's (1-127: a permanent failure). Not a
+    RayJob's: its pods run ``ray start`` and ``ray job logs``, which KubeRay restarts or retries;
+    its program's code is in the RayJob's status (``program_exit_code``)."""
 
     @property
     def group_version(self) -> str:
@@ -266,6 +270,7 @@ RAYJOB = RayJobApi(
     ),
     build=rayjob.build_rayjob,
     child_jobs=ChildJobs("metadata.name={name}", by_field=True),  # the submitter
+    pods_exit_as_the_program=False,
 )
 JOB_APIS: dict[str, JobApi] = {
     api.name: api for api in (TRAINJOB, PYTORCHJOB, TFJOB, XGBOOSTJOB, RAYJOB, MPIJOB)

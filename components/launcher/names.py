@@ -93,6 +93,14 @@ class ControllerEnv:
 
 TRAINER_XGBOOST_ENV = ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER")
 """What Kubeflow Trainer's XGBoost runtime gives every node."""
+TRAINER_MPI_ENV = (
+    "OMPI_MCA_orte_default_hostfile",
+    "OMPI_MCA_plm_rsh_args",
+    "OMPI_MCA_orte_keep_fqdn_hostnames",
+    "OMPI_MCA_orte_set_default_slots",
+)
+"""What Kubeflow Trainer's MPI plugin gives a TrainJob's pods (OpenMPI's hostfile and ssh
+arguments)."""
 OPERATOR_XGBOOST_ENV = (
     "MASTER_ADDR",
     "MASTER_PORT",
@@ -133,7 +141,7 @@ def controller_env(api: str, ml_policy: str | None) -> ControllerEnv | None:
     """What the controller of ``api`` (a TrainJob: on a runtime of ``ml_policy``) sets in every
     pod (None: nothing we know of, or ``auto``, not yet decided)."""
     if api == "trainjob":
-        names = TRAINER_XGBOOST_ENV if ml_policy == "xgboost" else ()
+        names = {"xgboost": TRAINER_XGBOOST_ENV, "mpi": TRAINER_MPI_ENV}.get(ml_policy or "", ())
         return ControllerEnv("the Trainer controller", names, prefix="PET_")
     if api == "tfjob":
         return ControllerEnv("the Training Operator", ("TF_CONFIG",))

@@ -434,16 +434,62 @@ def _check_api_support(spec: TrainSpec) -> None:
         _check_ray_train_gpus(spec)
     if spec.api == "mpijob" and spec.command is None:
         _check_mpi_implementation(spec)
-    if spec.api == "mpijob" and spec.image == DEFAULT_IMAGE:
+    if spec.image == DEFAULT_IMAGE:
+        _check_image_has_what_the_api_runs(spec)
+    if spec.api == "trainjob" and spec.runtime.policy in ("mpi", "xgboost"):
+        _check_users_program_on_runtime(spec)
+    if spec.api != "auto" and spec.framework != "pytorch":  # auto is checked once bound
+        _check_users_program(spec)
+
+
+def _check_image_has_what_the_api_runs(spec: TrainSpec) -> None:
+    """Our default image holds our trainer and torch, not OpenMPI, sshd or Ray."""
+    if spec.api == "mpijob" or (spec.api == "trainjob" and spec.runtime.is_mpi):
+        job = (
+            "an MPIJob's workers run sshd and its launcher"
+            if spec.api == "mpijob"
+            else (f"on the MPI runtime {spec.runtime.runtime_name!r} the launcher pod runs")
+        )
         fail(
             spec,
             "image",
-            "an MPIJob's workers run sshd and its launcher mpirun, which this image lacks: set "
-            f"image to our image's MPI variant ({DEFAULT_IMAGE}-mpi, or make image-local-mpi), "
-            "or to your own image with OpenMPI and sshd set up as image/mpi/ sets ours up",
+            f"{job} mpirun, which this image lacks: set image to our image's MPI variant "
+            f"({DEFAULT_IMAGE}-mpi, or make image-local-mpi), or to your own image with OpenMPI "
+            "and sshd set up as image/mpi/ sets ours up",
         )
-    if spec.api != "auto" and spec.framework != "pytorch":  # auto is checked once bound
-        _check_users_program(spec)
+    if spec.api == "rayjob":
+        fail(
+            spec,
+            "image",
+            "a RayJob's pods run `ray start`, and this image has no Ray: set image to one built "
+            "with the ray extra (docker build --build-arg EXTRAS=ray -t REGISTRY/kfp-ddp:TAG-ray "
+            ".), or to your own image with ray[default,train]",
+        )
+
+
+def _check_users_program_on_runtime(spec: TrainSpec) -> None:
+    """What a user's program on an MPI or XGBoost runtime cannot have: staging on an MPI runtime
+    would run in the launcher pod alone; an XGBoost runtime starts one worker per GPU."""
+    policy = spec.runtime.policy
+    if policy == "mpi" and spec.command is not None and spec.stage_data_uri:
+        fail(
+            spec,
+            "stage_data_uri",
+            "with your command on an MPI runtime only the launcher pod runs the command (the "
+            "nodes run sshd), so the data would be staged there alone: leave stage_data_uri "
+            "unset and have your program read the data where it runs (or stage it on every "
+            "node first: trainer.mpirun's --first-on-each-node, in an image with our package)",
+        )
+    gpus = spec.gpus_per_worker
+    if policy == "xgboost" and isinstance(gpus, int) and gpus > 1:
+        fail(
+            spec,
+            "gpus_per_worker",
+            f"on an XGBoost runtime the Trainer counts one XGBoost worker per GPU "
+            f"(DMLC_NUM_WORKER = nodes x {gpus}) and starts one process per node, so the tracker "
+            "would wait for workers that never come: set gpus_per_worker=1 and one node per GPU "
+            "(workers), or use api=xgboostjob",
+        )
 
 
 MPI_RUNTIME_FOR_OUR_TRAINER = "kfp-ddp-mpi"
@@ -537,8 +583,8 @@ USERS_PROGRAMS: dict[str, dict[str, str]] = {
         "PyTorch trainer without XGBoost: set image to one with xgboost and your code",
         "command": "an XGBoost job needs your program's command, e.g. ['python', "
         "'/app/train.py'] (the default command runs our PyTorch trainer)",
-        "nproc_per_node": "an XGBoost job runs one worker per pod, or one per GPU (set "
-        "gpus_per_worker): keep nproc_per_node=1",
+        "nproc_per_node": "an XGBoost job runs one worker per pod (XGBoost uses the pod's GPU): "
+        "keep nproc_per_node=1",
     },
 }
 """Framework → what a job of the user's own program says of each setting it needs."""

@@ -84,11 +84,17 @@ def test_our_trainer_on_trainers_own_mpi_runtimes_is_refused_naming_the_runtime(
     assert err.value.field == "runtime_name" and "sshd in the runtime's own image" in str(err.value)
     assert "runtime_name=kfp-ddp-mpi" in str(err.value)  # what to do instead
     # ours, or a runtime of one's own that says it is MPI (pre-flight compares its node image)
+    mpi_image = {"image": "registry.example.com/team/kfp-ddp:1-mpi"}  # ours has no OpenMPI
     for settings in ({"runtime_name": "kfp-ddp-mpi"}, {"runtime_name": "mine", "ml_policy": "mpi"}):
-        spec = TrainSpec.flat(api="trainjob", name="mpi", **settings)
+        spec = TrainSpec.flat(api="trainjob", name="mpi", **settings, **mpi_image)
         assert spec.container_command() == ["python", "-m", "trainer.mpirun", "-m", "trainer.train"]
     TrainSpec.flat(
-        api="trainjob", name="mpi", runtime_name="my-horovod", command=MPI_PROGRAM, ml_policy="mpi"
+        api="trainjob",
+        name="mpi",
+        runtime_name="my-horovod",
+        command=MPI_PROGRAM,
+        ml_policy="mpi",
+        **mpi_image,
     )
 
 
@@ -156,3 +162,37 @@ def test_preflight_refuses_our_trainer_where_the_mpi_nodes_run_another_image():
     other = TrainSpec.flat(api="trainjob", name="mpi", runtime_name="kfp-ddp-mpi", image="other:1")
     with pytest.raises(PreflightError, match="node pods run the image 'registry.example.com"):
         check_policy(other, "ClusterTrainingRuntime", "kfp-ddp-mpi", runtime)
+
+
+def test_preflight_says_where_an_mpi_runtime_starts_the_ranks_and_in_which_image():
+    from components.launcher.backends.kubernetes.preflight import mpi_notes
+
+    (deepspeed,) = load_documents(TRAINER / "runtimes" / "deepspeed_distributed.yaml")
+    program = TrainSpec.flat(
+        api="trainjob",
+        name="mpi",
+        runtime_name="deepspeed-distributed",
+        command=MPI_PROGRAM,
+        image="registry.example.com/team/mine:1",
+        nproc_per_node=2,
+    )
+    first, image = mpi_notes(program, "deepspeed-distributed", deepspeed)
+    assert "runLauncherAsNode true" in first and "2 rank(s) per node" in first
+    assert "on the launcher pod and the node pods" in first
+    assert "'ghcr.io/kubeflow/trainer/deepspeed-runtime'" in image
+    assert "your program must be in the node image too" in image
+    deepspeed["spec"]["mlPolicy"]["mpi"]["runLauncherAsNode"] = False
+    (only,) = mpi_notes(
+        TrainSpec.flat(
+            api="trainjob",
+            name="mpi",
+            runtime_name="deepspeed-distributed",
+            command=MPI_PROGRAM,
+            image="ghcr.io/kubeflow/trainer/deepspeed-runtime",
+        ),
+        "deepspeed-distributed",
+        deepspeed,
+    )
+    assert "on the node pods (not the launcher)" in only
+    (torch,) = load_documents(TRAINER / "runtimes" / "torch_distributed.yaml")
+    assert mpi_notes(program, "torch-distributed", torch) == []

@@ -7,13 +7,29 @@ RayJob."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 from kubernetes import client
 
 from components.launcher import JobTimeout, TrainSpec, build_rayjob
 from components.launcher.rayjob import CONTAINER, JOB_LABEL
 from tests.cluster.play import created_pods
-from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, jobs, options, refused
+from tests.launcher.k8s_helpers import (
+    OPTIONAL_READS,
+    calls,
+    jobs,
+    kubeconfig_of,
+    options,
+    refused,
+)
+
+REPO = Path(__file__).resolve().parents[2]
 
 IMAGE = "registry.example.com/team/kfp-ddp-ray:1"
 
@@ -100,3 +116,47 @@ def test_the_launcher_submits_follows_and_at_its_timeout_deletes_the_rayjob(k8s)
 
     assert refused(k8s) <= OPTIONAL_READS, refused(k8s)
     assert calls(k8s) - OPTIONAL_READS <= granted_permissions()
+
+
+CANCEL_SCRIPT = """
+import sys
+from components.launcher import JobCancelled, KubernetesOptions, TrainSpec, run_job
+
+namespace, kubeconfig, image = sys.argv[1:4]
+spec = TrainSpec.flat(
+    api="rayjob", name="ray", namespace=namespace, workers=1, run_id="r", image=image
+)
+try:
+    run_job(spec, backend="kubernetes", options=KubernetesOptions(config_file=kubeconfig))
+except JobCancelled as exc:
+    print("CANCELLED:", exc, flush=True)
+    sys.exit(143)
+"""
+
+
+def test_a_cancelled_step_deletes_its_rayjob_and_exits_143(k8s, tmp_path: Path):
+    """The pipeline run cancelled: SIGTERM to the launcher deletes the RayJob (KubeRay then
+    deletes its Ray cluster), and the step exits 143."""
+    script = tmp_path / "launch.py"
+    script.write_text(CANCEL_SCRIPT)
+    kubeconfig = kubeconfig_of(k8s.launcher_configuration(), tmp_path / "kubeconfig")
+    proc = subprocess.Popen(
+        [sys.executable, str(script), k8s.name, str(kubeconfig), IMAGE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        created_pods(k8s.cluster, k8s.name, "ray.io/node-type=head", 1)  # the Ray cluster is up
+        os.kill(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, out
+    assert f"deleted RayJob {k8s.name}/ray (cancelled (SIGTERM))" in out, out
+    deadline = time.monotonic() + 30
+    while [j for j in jobs(k8s, "rayjob") if not j["metadata"].get("deletionTimestamp")]:
+        assert time.monotonic() < deadline, "the RayJob is still there"
+        time.sleep(0.2)

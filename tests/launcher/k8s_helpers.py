@@ -25,7 +25,9 @@ XGB_PROGRAM = {
     "command": ["python", "/app/train.py"],
 }
 """An XGBoostJob runs the user's XGBoost image and command."""
-PROGRAMS = {"tfjob": TF_PROGRAM, "xgboostjob": XGB_PROGRAM}
+RAY_IMAGE = {"image": "registry.example.com/ray:1"}
+"""An image with Ray (our default image has none, and is refused for a RayJob)."""
+PROGRAMS = {"tfjob": TF_PROGRAM, "xgboostjob": XGB_PROGRAM, "rayjob": RAY_IMAGE}
 
 
 def replica(api: str, node: int) -> str:

@@ -455,7 +455,7 @@ def test_a_namespaced_runtime_that_exists_is_used(k8s):
 def test_preflight_refuses_a_job_not_built_for_its_runtimes_mpi_policy(k8s):
     install_namespaced_runtime(k8s, "my-mpi", "runtimes/deepspeed_distributed.yaml")
     install_namespaced_runtime(k8s, "mine")
-    program = {"command": ["python", "-m", "trainer.mpirun", "/app/train.py"]}
+    program = {"command": ["python", "-m", "trainer.mpirun", "/app/train.py"], "image": "my/mpi:1"}
     namespaced = {"runtime_kind": "TrainingRuntime"}
     with pytest.raises(PreflightError, match="'my-mpi' has mlPolicy mpi .*set ml_policy=mpi"):
         run(k8s, spec(k8s, "trainjob", runtime_name="my-mpi", **namespaced, **program))

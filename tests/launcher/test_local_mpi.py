@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from kfp import dsl
 
 from components.launcher import LocalOptions, TrainSpec, run_job
 from components.launcher.backends.local import LocalBackend
+from components.launcher.step import TrainingStepInputs, run_training_step
 from tests.image_data import write_image_folder
 
 pytestmark = pytest.mark.skipif(
@@ -34,6 +36,7 @@ def _spec(tmp_path: Path, **kw) -> TrainSpec:
         "command": MPI_TRAINER,
         "args": [*args, "--batch-size", "2"],
         "env": {"OMP_NUM_THREADS": "1"},
+        "image": "registry.example.com/m:1",  # with OpenMPI (the default image is refused)
     }
     return TrainSpec.flat(**(base | kw))
 
@@ -67,9 +70,7 @@ def test_our_trainer_on_our_mpi_runtime_needs_no_command(tmp_path: Path):
 def test_an_mpijob_runs_here_as_its_launcher_does(tmp_path: Path):
     """``api=mpijob`` (the MPI Operator's): one launcher replica with OpenMPI's hostfile
     variable, our trainer under ``trainer.mpirun`` on every slot."""
-    spec = _spec(
-        tmp_path, api="mpijob", runtime_name=None, command=None, image="registry.example.com/m:1"
-    )
+    spec = _spec(tmp_path, api="mpijob", runtime_name=None, command=None)
     _trains_under_mpirun_with_no_command(spec, tmp_path)
 
 
@@ -83,3 +84,40 @@ def _trains_under_mpirun_with_no_command(spec: TrainSpec, tmp_path: Path) -> Non
     assert any(line.startswith("[launcher-0] [mpirun] mpirun -np 2 ") for line in lines), lines
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["world_size"] == 2
+
+
+def test_the_kfp_step_trains_on_our_mpi_runtime_and_outputs_the_model(
+    tmp_path: Path, capfd, monkeypatch
+):
+    """The training component's step (``run_training_step``, what KFP calls) with
+    ``api=trainjob`` and ``runtime_name=kfp-ddp-mpi``: our trainer as 2 MPI ranks, the model
+    folder and the metrics as the other APIs output them."""
+    monkeypatch.chdir(tmp_path)  # the step's local nodes go under its working directory
+    data = write_image_folder(tmp_path / "data", classes=("circle", "square"), per_class=8)
+    model = dsl.Model(uri=str(tmp_path / "artifacts" / "model"))
+    metrics = dsl.Metrics(uri=str(tmp_path / "artifacts" / "metrics"))
+    inputs = TrainingStepInputs(
+        api="trainjob",
+        image="registry.example.com/team/kfp-ddp:1-mpi",
+        workers=2,
+        data_dir=str(data),
+        output_dir=str(tmp_path / "out"),
+        model_name="mobilenet_v3_small",
+        image_size=16,
+        epochs=1,
+        batch_size=2,
+        backend="local",
+        overrides_json=json.dumps(
+            {
+                "runtime_name": "kfp-ddp-mpi",
+                "env": {"OMP_NUM_THREADS": "1"},
+                "backend_options": {"timeout_s": 300},
+            }
+        ),
+    )
+    result = run_training_step(inputs, model=model, metrics=metrics)
+    output = capfd.readouterr().out
+    assert result.phase == "Succeeded" and result.api == "trainjob", output
+    assert "[launcher-0] [mpirun] mpirun -np 2 " in output
+    assert (Path(model.path) / "weights.pt").is_file()
+    assert model.metadata["world_size"] == 2 and metrics.metadata["world_size"] == 2

@@ -371,7 +371,11 @@ def test_an_mpi_runtime_gets_its_launcher_pod_patched_like_the_nodes():
     program = ["python", "-m", "trainer.mpirun", "/app/train.py"]
     mpi = build_trainjob(
         TrainSpec.flat(
-            name="j", api="trainjob", runtime_name="deepspeed-distributed", command=program
+            name="j",
+            api="trainjob",
+            runtime_name="deepspeed-distributed",
+            command=program,
+            image="my/mpi:1",
         )
     )
     jobs = mpi["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]

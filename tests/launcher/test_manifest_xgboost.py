@@ -113,10 +113,14 @@ def test_the_controllers_own_variables_are_refused_in_env(make, name):
 
 def test_gpus_do_not_multiply_the_processes_of_an_xgboost_pod():
     assert xgb_spec(gpus_per_worker=4).nproc_per_node == 1
-    assert on_runtime(gpus_per_worker=4).nproc_per_node == 1
+    assert on_runtime(gpus_per_worker=1).nproc_per_node == 1
     # api=auto with a runtime_name can only become a TrainJob: sized as one already
-    auto = on_runtime(api="auto", gpus_per_worker=4)
+    auto = on_runtime(api="auto", gpus_per_worker=1)
     assert auto.nproc_per_node == 1 and auto.for_api("trainjob").nproc_per_node == 1
+    # The Trainer's XGBoost runtime counts a worker per GPU but starts one process per node.
+    with pytest.raises(SpecError, match="DMLC_NUM_WORKER = nodes x 4") as err:
+        on_runtime(gpus_per_worker=4)
+    assert err.value.field == "gpus_per_worker" and "api=xgboostjob" in str(err.value)
     assert TrainSpec.flat(name="t", gpus_per_worker=4).nproc_per_node == 4  # torchrun's
     assert xgb_spec().framework == on_runtime().framework == "xgboost"
     assert TrainSpec.flat(name="t", runtime_name="deepspeed-distributed", **PROGRAM).framework == (

@@ -324,6 +324,51 @@ def test_tfjob_needs_the_users_program_and_one_process_per_pod(kwargs, field, fi
     assert f"TrainSpec.{field}=" in str(err.value) and fix in str(err.value)
 
 
+MPI_PROGRAM = {"command": ["python", "/app/train.py"], "image": "my/mpi:1"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "fix"),
+    [
+        # Our default image has no Ray, no OpenMPI and no sshd.
+        ({"api": "rayjob"}, "image", "--build-arg EXTRAS=ray"),
+        ({"runtime_name": "kfp-ddp-mpi"}, "image", f"{DEFAULT_IMAGE}-mpi"),
+        (
+            {"runtime_name": "deepspeed-distributed", **MPI_PROGRAM, "image": DEFAULT_IMAGE},
+            "image",
+            "the launcher pod runs mpirun",
+        ),
+        # Your program on an MPI runtime runs in the launcher pod alone: so would the staging.
+        (
+            {
+                "runtime_name": "deepspeed-distributed",
+                **MPI_PROGRAM,
+                "stage_data_uri": "s3://bucket/data",
+            },
+            "stage_data_uri",
+            "only the launcher pod runs the command",
+        ),
+        # The Trainer's MPI plugin sets OpenMPI's hostfile in the pods.
+        (
+            {
+                "runtime_name": "deepspeed-distributed",
+                **MPI_PROGRAM,
+                "env": {"OMPI_MCA_orte_default_hostfile": "/h"},
+            },
+            "env",
+            "set by the Trainer",
+        ),
+    ],
+    ids=["ray-image", "mpi-image", "mpi-launcher-image", "mpi-staging", "mpi-env"],
+)
+def test_what_an_mpi_runtime_or_a_rayjob_needs_is_refused_naming_the_setting(kwargs, field, fix):
+    base = {"api": "trainjob", "name": "j"}
+    with pytest.raises(SpecError) as err:
+        TrainSpec.flat(**(base | kwargs))
+    assert err.value.field == field and fix in str(err.value)
+    assert f"TrainSpec.{field}=" in str(err.value)
+
+
 def test_a_tfjob_takes_every_v1_pod_and_run_policy_setting():
     spec = TrainSpec.flat(
         **TF,

@@ -138,10 +138,13 @@ class Diagnosis:
         """A pod that failed for good (:attr:`PodProblem.permanent`: its trainer container
         exited 1-127, now or in its previous run, or it was evicted for its own disk use).
 
-        Read from what the pod watch saw (no extra requests per loop).
+        Read from what the pod watch saw (no extra requests per loop). An exit code counts only
+        where the pods run the program itself (``JobApi.pods_exit_as_the_program``).
         """
         for state in follower.snapshot():
             problem = pod_problem(state.pod, self.api.container)
+            if problem.exit_code is not None and not self.api.pods_exit_as_the_program:
+                continue
             if problem.permanent:
                 return state.pod, problem
         return None

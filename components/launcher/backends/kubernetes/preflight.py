@@ -62,6 +62,31 @@ def check_runtime(clients: Clients, spec: TrainSpec, note: Callable[[str], None]
             return
         raise PreflightError(f"reading {kind} {name!r} failed: {exc}") from exc
     check_policy(spec, kind, name, runtime)
+    for line in mpi_notes(spec, name, runtime):
+        note(line)
+
+
+def mpi_notes(spec: TrainSpec, name: str, runtime: dict) -> list[str]:
+    """What an MPI runtime does with the job, read from its ``mlPolicy.mpi``: where mpirun
+    starts the ranks (``numProcPerNode``: this job's ``nproc_per_node`` wins; the launcher pod a
+    node too with ``runLauncherAsNode``) and in which image (a TrainJob sets the launcher pod's
+    image alone)."""
+    mpi = ((runtime.get("spec") or {}).get("mlPolicy") or {}).get("mpi")
+    if not isinstance(mpi, dict):
+        return []
+    as_node = bool(mpi.get("runLauncherAsNode"))
+    where = "the launcher pod and the node pods" if as_node else "the node pods (not the launcher)"
+    notes = [
+        f"runtime {name!r} (mlPolicy mpi, runLauncherAsNode {str(as_node).lower()}): mpirun in "
+        f"the launcher pod starts {spec.nproc_per_node} rank(s) per node on {where}"
+    ]
+    node_image = runtime_node_image(runtime)
+    if spec.command is not None and node_image and node_image != spec.image:
+        notes.append(
+            f"runtime {name!r}: its node pods run the image {node_image!r}; only the launcher pod "
+            f"runs this job's {spec.image!r}, so your program must be in the node image too"
+        )
+    return notes
 
 
 def runtime_policy(runtime: dict) -> str:
