@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from trainer.errors import ConfigError
+from trainer.stop_file import STOP_FILE_ENV
 
 T = TypeVar("T")
 
@@ -376,11 +377,14 @@ def any_rank(flag: bool, group) -> bool:
 
 
 class StopRequest:
-    """Records SIGTERM (eviction, preemption) so the loop can stop at a step boundary."""
+    """Records SIGTERM (eviction, preemption) so the loop can stop at a step boundary; also a
+    stop file (:mod:`trainer.stop_file`), where ``KFP_DDP_STOP_FILE`` names one, for a trainer
+    that no SIGTERM reaches (under Ray Train)."""
 
-    def __init__(self) -> None:
+    def __init__(self, environ: Mapping[str, str] = os.environ) -> None:
         self.signum: int | None = None
         self._previous: Any = None  # the SIGTERM handler this one replaced
+        self.stop_file = environ.get(STOP_FILE_ENV) or None
 
     def install(self) -> None:
         import threading
@@ -395,10 +399,22 @@ class StopRequest:
 
     def _handle(self, signum, frame) -> None:
         self.signum = signum
-        message = "[trainer] SIGTERM received: finishing the current step, then checkpointing\n"
-        with contextlib.suppress(OSError, ValueError):
-            os.write(sys.stderr.fileno(), message.encode())
+        _write_stderr("[trainer] SIGTERM received: finishing the current step, then checkpointing")
 
     @property
     def requested(self) -> bool:
+        """A SIGTERM came, or the stop file exists (looked for on each read until found: the
+        loop reads this once per stop check)."""
+        if self.signum is None and self.stop_file and os.path.exists(self.stop_file):
+            self.signum = signal.SIGTERM  # the pod's SIGTERM, passed on by its preStop hook
+            _write_stderr(
+                f"[trainer] stop file {self.stop_file} found: finishing the current step, then "
+                "checkpointing"
+            )
         return self.signum is not None
+
+
+def _write_stderr(line: str) -> None:
+    """One line in one write, safe in a signal handler (no buffered stream is touched)."""
+    with contextlib.suppress(OSError, ValueError):
+        os.write(sys.stderr.fileno(), f"{line}\n".encode())

@@ -14,13 +14,22 @@ Exit status: 0 when every worker's trainer returned 0. A worker whose trainer re
 raises :class:`WorkerExit` with that code, which fails the Ray run (``max_failures=0``: Ray does
 not restart it; a restart is the job's business, after its restart policy) and this command exits
 with the workers' code: the first permanent one (1-127, e.g. 2 for bad flags) when there is one,
-else the retryable one (e.g. 200: a rank lost its peers), as ``trainer.torchrun`` does. A failure
-without a worker's code (a worker process died, Ray itself failed) exits 1.
+else the retryable one (e.g. 200: a rank lost its peers; 143: stopped, see below), as
+``trainer.torchrun`` does. A failure without a worker's code (a worker's actor or process died, a
+node or pod was lost, the OOM killer struck, Ray itself failed) exits 200 (``EXIT_PEER_LOST``,
+retryable): the job's retry resumes from the last checkpoint. So does a cluster this command
+cannot reach.
+
+Stopping: a pod's SIGTERM never reaches a trainer under Ray Train (it runs in a thread of a Ray
+actor, and PID 1 is ``ray start``), so each worker watches a stop file instead
+(:mod:`trainer.stop_file`): ``KFP_DDP_STOP_FILE`` when this command's environment sets it, else
+``$TMPDIR/kfp-ddp-stop`` on the worker's machine, which a RayJob's worker pods create in their
+``preStop`` hook. Once it exists, every worker checkpoints at the next stop check and exits 143.
 
 The cluster: ``RAY_ADDRESS`` when set (a RayJob's submitter sets it), else the cluster already
 running on this machine (``address="auto"``); ``--local`` starts a throwaway one-machine cluster
 instead (under ``/tmp/ray``, stopped when this command ends). A ``host:port`` that takes no
-connection within ``--connect-timeout-s`` exits 1 (``ray.init`` alone would retry for minutes).
+connection within ``--connect-timeout-s`` exits 200 (``ray.init`` alone would retry for minutes).
 Ray writes its session files under its temp dir (``/tmp/ray`` or ``ray start --temp-dir``; the
 object store maps ``/dev/shm``) and this command its run folder under ``--storage-path``: nothing
 outside ``/tmp``, ``$TMPDIR`` and ``$HOME``.
@@ -52,7 +61,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from kfp_ddp.console import whole_lines
-from trainer.errors import EXIT_CONFIG
+from trainer import stop_file
+from trainer.errors import EXIT_CONFIG, EXIT_PEER_LOST
 from trainer.flags import build_arg_parser
 from trainer.torchrun import worker_exit_code
 
@@ -155,7 +165,8 @@ def run_trainer(argv: list[str]) -> tuple[int, str | None]:
 
 def train_loop_per_worker(config: dict) -> None:
     """What each Ray Train worker runs: the trainer with ``config["argv"]``, from the driver's
-    working directory (``config["cwd"]``) when this machine has it.
+    working directory (``config["cwd"]``) when this machine has it, watching the stop file
+    ``config["stop_file"]`` (None: this machine's default) and marked running beside it.
 
     Ray has set the torchrun variables and joined the process group by now. Raises
     :class:`WorkerExit` when the trainer returns non-zero, so Ray fails the run.
@@ -163,7 +174,10 @@ def train_loop_per_worker(config: dict) -> None:
     cwd = config.get("cwd")
     if cwd and os.path.isdir(cwd):
         os.chdir(cwd)
-    code, error = run_trainer(list(config["argv"]))
+    path = config.get("stop_file") or stop_file.default_path()
+    os.environ[stop_file.STOP_FILE_ENV] = path
+    with stop_file.running_marker(path):
+        code, error = run_trainer(list(config["argv"]))
     if code != 0:
         raise WorkerExit(code, int(os.environ.get("RANK", "0")), error)
 
@@ -200,10 +214,11 @@ def worker_exits(err: BaseException) -> list[WorkerExit]:
 
 def exit_code_of(err: BaseException) -> tuple[int, WorkerExit | None]:
     """This command's status for a failed run, and the worker failure it comes from: the first
-    permanent worker code, else a retryable one (``trainer.torchrun``'s rule); 1 without one."""
+    permanent worker code, else a retryable one (``trainer.torchrun``'s rule); without one (an
+    actor died, a node was lost, Ray failed) ``EXIT_PEER_LOST``: retryable, as a lost rank is."""
     exits = worker_exits(err)
     if not exits:
-        return 1, None
+        return EXIT_PEER_LOST, None
     code = worker_exit_code([e.code for e in exits])
     return code, next(e for e in exits if e.code == code)
 
@@ -327,7 +342,11 @@ def _trainer(args: argparse.Namespace, flags: list[str]):
         coordinator["trainer_resources"] = {"CPU": 0}
     return TorchTrainer(
         train_loop_per_worker=train_loop_per_worker,
-        train_loop_config={"argv": flags, "cwd": os.getcwd()},
+        train_loop_config={
+            "argv": flags,
+            "cwd": os.getcwd(),
+            "stop_file": os.environ.get(stop_file.STOP_FILE_ENV) or None,
+        },
         scaling_config=ScalingConfig(
             num_workers=args.workers,
             use_gpu=gpus > 0,
@@ -364,8 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         where = _connect(args)
     except (ConnectionError, RuntimeError) as err:
-        _say(f"cannot reach a Ray cluster ({type(err).__name__}: {_first_line(err)}); exiting 1")
-        return 1
+        _say(
+            f"cannot reach a Ray cluster ({type(err).__name__}: {_first_line(err)}); exiting "
+            f"{EXIT_PEER_LOST} to be retried"
+        )
+        return EXIT_PEER_LOST
     backend = "nccl" if args.gpus_per_worker else "gloo"
     _say(
         f"{args.workers} workers x ({args.cpus_per_worker:g} CPU, {args.gpus_per_worker} GPU), "
@@ -379,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         _trainer(args, flags).fit()
     except Exception as err:  # TrainingFailedError & co.: the run failed
         code, cause = exit_code_of(err)
-        _say(f"failed: {cause.summary if cause else describe(err)}; exiting {code}")
+        retried = "" if cause else " to be retried"  # no worker's code: a lost actor, node, Ray
+        _say(f"failed: {cause.summary if cause else describe(err)}; exiting {code}{retried}")
         return code
     _say(f"done: the trainer exited 0 on all {args.workers} workers")
     return 0

@@ -11,7 +11,10 @@ the Ray job's driver on the head. The mapping:
 - one worker group (``workers``) of ``workers`` pods, fixed (min = max = replicas), each as a
   node of the other APIs: GPUs, CPU/memory, the staging init container and volumes, the
   Ray container advertising ``nproc_per_node`` CPUs to Ray (``num-cpus``) so that
-  Ray Train places exactly ``nproc_per_node`` workers on each pod;
+  Ray Train places exactly ``nproc_per_node`` workers on each pod, and, when our trainer runs,
+  a ``preStop`` hook (``python -m trainer.stop_file``) that asks the pod's trainers to
+  checkpoint and waits until they have (the pod's SIGTERM never reaches them: PID 1 is
+  ``ray start``), at most the pod's grace period less ``STOP_MARGIN_S``;
 - the entrypoint: our trainer under Ray Train (``python -m trainer.ray_train``: a
   ``TorchTrainer`` of ``workers × nproc_per_node`` workers, each running the trainer's own
   loop), or the user's ``command`` and ``args``;
@@ -59,6 +62,13 @@ DEFAULT_TTL_SECONDS = 60
 minute. Its pods keep running (and holding their GPUs) until then, failed or not; the driver's
 log stays in the submitter Job, which goes with the RayJob."""
 RAY_TRAIN = ("python", "-m", "trainer.ray_train")
+STOP_HOOK = ("python", "-m", "trainer.stop_file")
+"""A worker pod's preStop hook: creates the stop file its trainers watch (``$TMPDIR``, the pod's
+/tmp emptyDir), then waits for them to checkpoint and return, at most ``--wait-s``."""
+KUBERNETES_GRACE_S = 30
+"""Kubernetes' terminationGracePeriodSeconds when the pod sets none."""
+STOP_MARGIN_S = 5
+"""Of a worker pod's grace period, what the preStop hook leaves for Ray to stop after it."""
 RAYLET_HEALTH = "http://localhost:52365/api/local_raylet_healthz"
 GCS_HEALTH = "http://localhost:8265/api/gcs_healthz"
 """What KubeRay's own probes ask (with wget, which our image has not: ours ask with Python)."""
@@ -95,6 +105,17 @@ def entrypoint(spec: TrainSpec) -> list[str]:
     ]
 
 
+def stop_hook(spec: TrainSpec) -> dict[str, Any] | None:
+    """A worker's ``preStop`` hook when our trainer is the entrypoint (None for a program of the
+    user's, which watches no stop file): the hook's wait fits the pod's grace period, which
+    the hook's own time counts against."""
+    if spec.command is not None:
+        return None
+    grace = spec.termination_grace_period_seconds
+    wait_s = max(0, (KUBERNETES_GRACE_S if grace is None else grace) - STOP_MARGIN_S)
+    return {"exec": {"command": [*STOP_HOOK, "--wait-s", str(wait_s)]}}
+
+
 def _template(spec: TrainSpec, container: str, *, node: bool) -> dict[str, Any]:
     """A Ray pod's template: a node's (``node``: GPUs, requests, staging) or the head's."""
     template = pod_parts.plain(training_operator.build_pod_template(spec, container))
@@ -108,6 +129,9 @@ def _template(spec: TrainSpec, container: str, *, node: bool) -> dict[str, Any]:
     urls = (RAYLET_HEALTH,) if node else (RAYLET_HEALTH, GCS_HEALTH)
     ray["readinessProbe"] = _probe(urls, initial_s=10, failures=10)
     ray["livenessProbe"] = _probe(urls, initial_s=30, failures=120)
+    hook = stop_hook(spec) if node else None  # the head trains nothing
+    if hook:
+        ray["lifecycle"] = {"preStop": hook}
     if not node:
         ray["resources"] = {
             "requests": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY},

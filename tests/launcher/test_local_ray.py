@@ -19,6 +19,8 @@ pytest.importorskip("ray", reason="ray is not installed (the dev extras install 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--model", "mobilenet_v3_small", "--image-size", "16", "--epochs", "1"]
+RAY_IMAGE = "registry.example.com/ray:1"
+"""An image with Ray, as a RayJob needs (the default image is refused; none is pulled here)."""
 
 
 def _ray_processes(ray_dir_prefix: str = "kfp-ddp-ray-") -> list[str]:
@@ -35,6 +37,7 @@ def test_the_users_ray_program_runs_as_the_driver_on_a_cluster_of_two_workers(tm
     out = tmp_path / "primes.json"
     spec = TrainSpec.flat(
         api="rayjob",
+        image=RAY_IMAGE,
         name="primes",
         workers=2,
         command=["python", "examples/ray/count_primes.py", "--limit", "30000"],
@@ -57,6 +60,7 @@ def test_our_trainer_trains_under_ray_train_with_two_workers(tmp_path):
     out = tmp_path / "out"
     spec = TrainSpec.flat(
         api="rayjob",
+        image=RAY_IMAGE,
         name="ray-ddp",
         workers=2,
         args=["--data-dir", str(data), "--output-dir", str(out), *TINY, "--batch-size", "2"],
@@ -74,6 +78,7 @@ def test_our_trainer_trains_under_ray_train_with_two_workers(tmp_path):
 def test_a_failing_driver_fails_the_job_for_good_and_stops_the_ray_nodes(tmp_path):
     spec = TrainSpec.flat(
         api="rayjob",
+        image=RAY_IMAGE,
         name="bad",
         workers=1,
         command=["python", "-c", "import sys; print('bad input: --limit'); sys.exit(2)"],
@@ -87,7 +92,7 @@ def test_a_failing_driver_fails_the_job_for_good_and_stops_the_ray_nodes(tmp_pat
 
 
 def test_a_dry_run_shows_the_driver_the_head_and_the_workers(tmp_path):
-    spec = TrainSpec.flat(api="rayjob", name="dry", workers=2, nproc_per_node=2)
+    spec = TrainSpec.flat(api="rayjob", name="dry", workers=2, nproc_per_node=2, image=RAY_IMAGE)
     planned = LocalBackend(LocalOptions(workdir=tmp_path)).dry_run(spec)
     replicas = {d["replica"]: d for d in planned.documents}
     assert list(replicas) == ["submitter", "head-0", "worker-0", "worker-1"]

@@ -14,6 +14,7 @@ from tests.crds import schema_errors
 
 def ray_spec(**kw) -> TrainSpec:
     base = {"api": "rayjob", "name": "ray", "namespace": "team", "workers": 3, "run_id": "r"}
+    base["image"] = "registry.example.com/ray:1"  # with Ray: the default image is refused
     return TrainSpec.flat(**(base | kw))
 
 
@@ -85,6 +86,34 @@ def test_the_users_ray_program_is_the_entrypoint_and_options_land_in_the_rayjob(
     assert (body["backoffLimit"], body["ttlSecondsAfterFinished"]) == (2, 600)
     assert body["suspend"] is True  # Kueue admits it
     assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+
+
+def _stop_hook(pod: dict) -> list[str] | None:
+    (ray,) = pod["template"]["spec"]["containers"]
+    hook = ray.get("lifecycle", {}).get("preStop")
+    return hook["exec"]["command"] if hook else None
+
+
+def test_the_worker_pods_have_their_trainers_checkpoint_before_ray_stops():
+    """A pod's SIGTERM never reaches a trainer under Ray Train (PID 1 is ray start): each worker
+    pod's preStop hook creates the stop file on its /tmp emptyDir, where the trainers look for
+    it (TMPDIR), and waits for them within the pod's grace period. The head trains nothing."""
+    manifest = build_rayjob(ray_spec(termination_grace_period_seconds=300))
+    assert schema_errors("rayjob", manifest) == []
+    head, group = _pods(manifest)
+    pod = group["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 300
+    assert _stop_hook(group) == ["python", "-m", "trainer.stop_file", "--wait-s", "295"]
+    (ray,) = pod["containers"]
+    assert {"name": "TMPDIR", "value": "/tmp"} in ray["env"]
+    tmp = next(m["name"] for m in ray["volumeMounts"] if m["mountPath"] == "/tmp")
+    assert "emptyDir" in next(v for v in pod["volumes"] if v["name"] == tmp)
+    assert _stop_hook(head) is None
+
+    default_grace = build_rayjob(ray_spec(termination_grace_period_seconds=None))
+    assert _stop_hook(_pods(default_grace)[1])[-1] == "25"  # of Kubernetes' 30 s
+    users_program = build_rayjob(ray_spec(command=["python", "/app/tune.py"]))
+    assert _stop_hook(_pods(users_program)[1]) is None  # it watches no stop file
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 """Our trainer under Ray Train (``python -m trainer.ray_train``, a KubeRay RayJob's entrypoint),
 against a real one-machine Ray cluster started here on loopback (``ray start --head``, as a
 RayCluster's head runs it): two workers train to the end in Ray's process group, a worker's
-configuration error is the command's exit 2, and the trainer reuses a process group it finds
-(Ray's) and leaves it to its owner."""
+configuration error is the command's exit 2, a run lost without a worker's code exits 200
+(retryable), the stop file (a worker pod's preStop hook) has both workers checkpoint and exit 143,
+and the trainer reuses a process group it finds (Ray's) and leaves it to its owner."""
 
 from __future__ import annotations
 
@@ -24,13 +25,17 @@ import torch
 import torch.distributed as dist
 
 from tests.image_data import write_image_folder
-from tests.trainer.trainer_launch import REPO, TINY, base_env, free_port
-from trainer.distributed import DistEnv, destroy_process_group, init_process_group
-from trainer.errors import ConfigError
+from tests.trainer.trainer_launch import REPO, TINY, base_env, free_port, run_operator_style
+from trainer import checkpoint as ckpt
+from trainer import stop_file
+from trainer.distributed import DistEnv, StopRequest, destroy_process_group, init_process_group
+from trainer.errors import EXIT_PEER_LOST, EXIT_SIGTERM, ConfigError
+from trainer.stop_file import STOP_FILE_ENV
 
 ray = pytest.importorskip("ray", reason="ray[train] is not installed (trainer.ray_train needs it)")
 
 RAY_CLI = Path(sys.executable).with_name("ray")
+STOPPED = "[trainer] stop file"
 
 
 def _session_processes(session_id: int) -> list[int]:
@@ -124,19 +129,22 @@ def ray_head():
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def _ray_train_command(reach: dict[str, str], tmp_path: Path, argv: list[str]) -> dict:
+    """``subprocess`` arguments that run ``trainer.ray_train`` with ``argv`` on the cluster
+    ``reach`` names, watching the stop file ``tmp_path/stop`` (the machine's default is shared
+    by every run here)."""
+    env = {k: v for k, v in base_env().items() if not k.startswith("RAY_")} | reach
+    env[STOP_FILE_ENV] = str(tmp_path / "stop")
+    storage = ["--storage-path", str(tmp_path / "ray-results")]  # Ray's run folder: ours to remove
+    command = [sys.executable, "-m", "trainer.ray_train", *storage, *argv]
+    return {"args": command, "cwd": REPO, "env": env, "text": True}
+
+
 def _ray_train(
     reach: dict[str, str], tmp_path: Path, argv: list[str], timeout: float = 150
 ) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in base_env().items() if not k.startswith("RAY_")} | reach
-    storage = ["--storage-path", str(tmp_path / "ray-results")]  # Ray's run folder: ours to remove
-    return subprocess.run(
-        [sys.executable, "-m", "trainer.ray_train", *storage, *argv],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    command = _ray_train_command(reach, tmp_path, argv)
+    return subprocess.run(**command, capture_output=True, timeout=timeout)
 
 
 def test_two_ray_train_workers_train_to_the_end(ray_head, tmp_path):
@@ -150,6 +158,61 @@ def test_two_ray_train_workers_train_to_the_end(ray_head, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] > 0, summary
     assert (out / "model" / "weights.pt").is_file()
+
+
+def test_a_stop_file_checkpoints_every_worker_and_a_rerun_resumes(ray_head, tmp_path):
+    """A RayJob's worker pod being deleted runs its preStop hook (``trainer.stop_file``): it
+    creates the stop file and returns once both workers have stopped at the same step with rank 0's
+    checkpoint of it written; the command exits 143 (retryable), and a rerun resumes from that
+    checkpoint (two trainers started as the Training Operator starts them: the same resume,
+    without a second Ray Train start-up's half minute)."""
+    data = write_image_folder(tmp_path / "data")  # 36 images, 2 ranks, batch 2: 9 steps/epoch
+    out = tmp_path / "out"
+    flags = ["--data-dir", str(data), "--output-dir", str(out), *TINY, "--batch-size", "2"]
+    flags += ["--checkpoint-every-steps", "0", "--stop-check-every-steps", "2"]
+    argv = ["--workers", "2", "--", *flags, "--epochs", "200"]
+    log_path = tmp_path / "stopped.log"
+    with open(log_path, "w") as log:
+        command = _ray_train_command(ray_head, tmp_path, argv)
+        run = subprocess.Popen(**command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        metrics = out / "metrics.jsonl"
+        _wait_until(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, run)
+        assert len(stop_file.running_trainers(command["env"][STOP_FILE_ENV])) == 2
+        hook = subprocess.run(
+            [sys.executable, "-m", "trainer.stop_file", "--wait-s", "60"],
+            env=command["env"],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        checkpoints = ckpt.complete_checkpoints(out / "checkpoints")  # as the hook returns
+        code = run.wait(timeout=60)
+    finally:
+        run.kill()
+    said = log_path.read_text()
+    assert "trainers done" in hook.stdout, hook.stdout + hook.stderr + said
+    assert code == EXIT_SIGTERM, said
+    assert f"[ray_train] failed: trainer.train on rank 0 exited {EXIT_SIGTERM}" in said, said
+    (checkpoint,) = checkpoints  # no periodic ones: the stop's
+    step = int(checkpoint.name.removeprefix("step-"))
+    assert 3 <= step < 200 * 9 and step % 2 == 0, said  # at a stop check
+    assert not (out / "model").exists()
+
+    epochs = str(step // 9 + 1)
+    rerun = [*flags, "--epochs", epochs]
+    codes, said = run_operator_style([rerun, rerun], log_dir=tmp_path / "rerun")
+    assert codes == [0, 0], said
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed_from_step"] == step and summary["steps"] == int(epochs) * 9, summary
+
+
+def _wait_until(predicate, run: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert run.poll() is None, "trainer.ray_train exited before the awaited event"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
 
 
 def test_a_workers_config_error_is_the_commands_exit_2(ray_head, tmp_path):
@@ -187,8 +250,9 @@ def test_a_head_that_is_not_there_fails_in_seconds_not_minutes():
         text=True,
         timeout=60,
     )
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == EXIT_PEER_LOST, done.stdout + done.stderr  # retryable
     assert "[ray_train] cannot reach a Ray cluster" in done.stdout
+    assert f"exiting {EXIT_PEER_LOST} to be retried" in done.stdout
 
 
 def test_the_exit_code_comes_back_from_a_ray_train_v2_worker_failure():
@@ -207,10 +271,92 @@ def test_the_exit_code_comes_back_from_a_ray_train_v2_worker_failure():
     code, cause = exit_code_of(err)
     assert code == 2 and cause is not None and cause.rank == 1
     assert cause.summary == "trainer.train on rank 1 exited 2: [trainer] error: bad"
-    assert exit_code_of(RuntimeError("the controller died")) == (1, None)
     crash = {1: UserExceptionWithTraceback(ValueError("boom\nmore"), "...")}
-    assert exit_code_of(WorkerGroupError("1 worker failed", crash)) == (1, None)
     assert describe(WorkerGroupError("1 worker failed", crash)) == "rank 1: ValueError: boom"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ray.exceptions.ActorDiedError(),  # the worker's pod was deleted, its node lost
+        ray.exceptions.WorkerCrashedError(),  # the OOM killer, a segfault
+        ray.exceptions.NodeDiedError("node 1 died"),
+        RuntimeError("the controller died"),  # Ray itself failed
+    ],
+    ids=["actor-died", "worker-crashed", "node-died", "ray-failed"],
+)
+def test_a_failure_without_a_workers_code_is_retryable(failure):
+    """No worker's code means the run was cut short from outside (a preempted GPU pod): exit
+    200, which the launcher retries, so the retry resumes from the checkpoints."""
+    from ray.train.v2._internal.exceptions import UserExceptionWithTraceback
+    from ray.train.v2.api.exceptions import WorkerGroupError
+
+    from trainer.ray_train import exit_code_of
+
+    assert exit_code_of(failure) == (EXIT_PEER_LOST, None)
+    wrapped = WorkerGroupError("1 worker failed", {1: UserExceptionWithTraceback(failure, "...")})
+    assert exit_code_of(pickle.loads(pickle.dumps(wrapped))) == (EXIT_PEER_LOST, None)
+
+
+class _LostRun:
+    """A TorchTrainer whose run Ray loses: a worker's actor died with its pod."""
+
+    def fit(self):
+        raise ray.exceptions.ActorDiedError()
+
+
+def test_a_run_lost_without_a_workers_code_exits_200_to_be_retried(monkeypatch, capsys):
+    from trainer import ray_train
+
+    monkeypatch.setenv("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")  # main() sets it: undone after
+    monkeypatch.setattr(ray_train, "_connect", lambda args: "a cluster")
+    monkeypatch.setattr(ray_train, "_trainer", lambda args, flags: _LostRun())
+    assert ray_train.main(["--workers", "2", "--", "--epochs", "1"]) == EXIT_PEER_LOST
+    (failed,) = [line for line in capsys.readouterr().out.splitlines() if "failed:" in line]
+    assert "ActorDiedError" in failed and failed.endswith(f"exiting {EXIT_PEER_LOST} to be retried")
+
+
+def test_the_stop_request_counts_the_stop_file_once_it_exists(tmp_path, capfd):
+    path = tmp_path / "stop"
+    stop = StopRequest({STOP_FILE_ENV: str(path)})
+    assert not stop.requested and capfd.readouterr().err == ""
+    path.touch()
+    assert stop.requested and stop.requested  # looked for once, then remembered
+    said = capfd.readouterr().err
+    assert said.count(STOPPED) == 1 and str(path) in said and "checkpointing" in said
+    path.unlink()
+    assert stop.requested  # a stop is not taken back
+    assert not StopRequest({}).requested  # no variable, no stop file watched
+    assert not StopRequest({STOP_FILE_ENV: ""}).requested
+
+
+def test_the_stop_hook_waits_for_the_trainers_marked_running(tmp_path):
+    """The preStop hook creates the stop file and returns once no trainer beside it runs; a
+    marker of a process that is gone does not hold it."""
+    path = str(tmp_path / "stop")
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    Path(f"{path}{stop_file.RUNNING_SUFFIX}{gone.stdout.strip()}").touch()  # killed, no clean-up
+    with stop_file.running_marker(path):
+        assert stop_file.running_trainers(path) == [os.getpid()]
+        started = time.monotonic()
+        assert stop_file.wait_for_trainers(path, 0.3) == [os.getpid()]
+        assert 0.3 <= time.monotonic() - started < 5
+    assert stop_file.running_trainers(path) == []
+    hook = subprocess.run(
+        [sys.executable, "-m", "trainer.stop_file", "--wait-s", "30"],
+        cwd=REPO,
+        env=base_env() | {STOP_FILE_ENV: path},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert hook.returncode == 0 and Path(path).exists(), hook.stderr
+    assert f"created {path}; trainers done" in hook.stdout
 
 
 @pytest.fixture
