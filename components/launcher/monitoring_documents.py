@@ -43,12 +43,16 @@ def monitoring_documents(spec: TrainSpec) -> list[dict[str, Any]]:
     selector = {api.pod_job_label: spec.name}
     if api is TRAINJOB:  # only the trainer's pods, not a data or model initializer's
         selector["jobset.sigs.k8s.io/replicatedjob-name"] = api.container
+    if api.name == "rayjob":  # the Ray workers (the head and the submitter train nothing)
+        selector["ray.io/node-type"] = "worker"
     if spec.metrics_monitor == "servicemonitor":
         scrapers = [service(spec, selector), service_monitor(spec)]
     else:
+        # A TrainJob's runtime patches cannot declare ports; a RayJob's Ray container's ports
+        # are KubeRay's (a "metrics" port of its own is Ray's, not ours).
         endpoints = (
             _trainjob_endpoints(spec, api.container)
-            if api is TRAINJOB
+            if api is TRAINJOB or api.name == "rayjob"
             else [_endpoint(port=name) for name, _ in ports(spec)]
         )
         scrapers = [pod_monitor(spec, selector, endpoints)]
@@ -65,8 +69,8 @@ def _endpoint(**fields: Any) -> dict[str, Any]:
 
 
 def _trainjob_endpoints(spec: TrainSpec, container: str) -> list[dict[str, Any]]:
-    """A TrainJob's container declares no metrics ports: each local rank's target is the pod's
-    IP with its port, on the trainer's container only."""
+    """A container that declares no metrics ports (a TrainJob's, a RayJob's): each local rank's
+    target is the pod's IP with its port, on the trainer's container only."""
     keep_trainer = [
         {
             "sourceLabels": ["__meta_kubernetes_pod_container_name"],

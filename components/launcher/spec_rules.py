@@ -418,7 +418,8 @@ def _check_policies(spec: TrainSpec) -> None:
                 "workers",
                 f"must lie within elastic_min_replicas={lo} .. elastic_max_replicas={hi}",
             )
-    check_int(spec, "active_deadline_seconds", minimum=1, optional=True, maximum=2**63 - 1)
+    longest = 2**31 - 1 if spec.api == "rayjob" else 2**63 - 1  # the RayJob CRD's is an int32
+    check_int(spec, "active_deadline_seconds", minimum=1, optional=True, maximum=longest)
     check_int(spec, "termination_grace_period_seconds", minimum=0, optional=True)
 
 

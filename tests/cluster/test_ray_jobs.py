@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from components.launcher import JobTimeout, TrainSpec, build_rayjob
+from components.launcher import JobFailed, JobTimeout, TrainSpec, build_rayjob, job_api
 from components.launcher.rayjob import CONTAINER, JOB_LABEL
 from tests.cluster.play import created_pods
 from tests.launcher.k8s_helpers import (
@@ -26,7 +26,9 @@ from tests.launcher.k8s_helpers import (
     jobs,
     kubeconfig_of,
     options,
+    play_rayjob_status,
     refused,
+    run,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -160,3 +162,22 @@ def test_a_cancelled_step_deletes_its_rayjob_and_exits_143(k8s, tmp_path: Path):
     while [j for j in jobs(k8s, "rayjob") if not j["metadata"].get("deletionTimestamp")]:
         assert time.monotonic() < deadline, "the RayJob is still there"
         time.sleep(0.2)
+
+
+@pytest.mark.parametrize(("code", "permanent"), [(2, True), (200, False)])
+def test_a_failed_ray_program_is_permanent_by_its_exit_code_in_the_rayjobs_status(
+    k8s, code, permanent
+):
+    """The driver runs in no pod of its own: the code comes from KubeRay's message (2: bad
+    flags, recorded so that a retry fails at once; 200: a lost worker, retried)."""
+    failed = {
+        "jobDeploymentStatus": "Failed",
+        "jobStatus": "FAILED",
+        "reason": "AppFailed",
+        "message": f"Job entrypoint command failed with exit code {code}, last available logs: x",
+    }
+    play_rayjob_status(k8s, "ray", failed)
+    with pytest.raises(JobFailed, match=f"exit code {code}"):
+        run(k8s, _spec(k8s.name, workers=1, nproc_per_node=1))
+    (job,) = jobs(k8s, "rayjob")
+    assert bool(job_api("rayjob").permanent_failure(job)) is permanent

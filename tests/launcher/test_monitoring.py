@@ -272,3 +272,24 @@ def test_a_role_without_the_monitoring_rules_still_trains(k8s):
     assert result.phase == "Succeeded"
     assert any("PrometheusRule" in x and "not created" in x and "rbac" in x for x in lines)
     assert any("created PodMonitor" in line for line in lines)
+
+
+def test_a_rayjobs_workers_are_scraped_by_pod_ip_and_port():
+    """KubeRay owns the Ray container's ports (its "metrics" is Ray's own): the PodMonitor keeps
+    the worker pods' ``ray`` container and scrapes each local rank's port by the pod's IP."""
+    require_crd("podmonitor")
+    s = spec("default", "rayjob", workers=2, nproc_per_node=2, metrics_port=9400)
+    (monitor, _rule) = monitoring_documents(s)
+    assert schema_errors("podmonitor", monitor) == []
+    assert monitor["spec"]["selector"]["matchLabels"] == {
+        "kfp-ddp.io/ray-job": "job",
+        "ray.io/node-type": "worker",
+    }
+    endpoints = monitor["spec"]["podMetricsEndpoints"]
+    assert [e["relabelings"][2]["replacement"] for e in endpoints] == ["$1:9400", "$1:9401"]
+    assert endpoints[0]["relabelings"][0]["regex"] == "ray"
+    manifest = build_manifest(s)
+    (group,) = manifest["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    (ray,) = group["template"]["spec"]["containers"]
+    assert "ports" not in ray  # KubeRay adds its own
+    assert "--metrics-port 9400" in manifest["spec"]["entrypoint"]

@@ -8,9 +8,11 @@ the launcher follows the pods' logs to the end."""
 from __future__ import annotations
 
 import pytest
+from kubernetes import client
 
 from components.launcher import run_job
 from components.launcher.backends.kubernetes import granted_permissions
+from components.launcher.rayjob import JOB_LABEL
 from tests.containers.example_images import ray_image
 from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, options, refused
 from tests.launcher.test_real_node_jobs import _summary, dataset, s3_secret, trainer_spec
@@ -41,9 +43,21 @@ def test_our_trainer_trains_under_ray_train_on_two_worker_pods(
         env={"OMP_NUM_THREADS": "1"},
     )
     lines: list[str] = []
-    result = run_job(job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=600))
+    kept = options(node_k8s, lines, timeout_s=600, cleanup="never")  # its pods: read below
+    result = run_job(job, backend="kubernetes", options=kept)
     log = "\n".join(lines)
     assert result.phase == "Succeeded", f"{result.reason}\n{log[-8000:]}"
+    # Each worker pod staged the data set from S3 in its init container (the head none).
+    core = client.CoreV1Api(node_k8s.admin())
+    workers = core.list_namespaced_pod(
+        node_k8s.name, label_selector=f"{JOB_LABEL}={job.name},ray.io/node-type=worker"
+    ).items
+    assert len(workers) == 2
+    for pod in workers:
+        staged = core.read_namespaced_pod_log(
+            pod.metadata.name, node_k8s.name, container="stage-data"
+        )
+        assert "stage: transferred 36 of 36 files" in staged, staged[-3000:]
     # The launcher followed the Ray pods' logs: the head's, and the submitter's (the Ray job's,
     # carrying the driver's and the workers' output).
     assert "[head-0]" in log, log[-4000:]
@@ -51,5 +65,10 @@ def test_our_trainer_trains_under_ray_train_on_two_worker_pods(
     summary = _summary(node_cluster, dataset)
     assert summary["world_size"] == 2 and summary["steps"] > 0
     assert summary["replicas_in_sync"] is True
+    # The model and the checkpoints are in S3, as with the other APIs.
+    bucket = dataset.removeprefix("s3://")
+    keys = [o["Key"] for o in node_cluster.s3.client().list_objects_v2(Bucket=bucket)["Contents"]]
+    assert "run/output/model/weights.pt" in keys
+    assert any(k.startswith("run/checkpoints/step-") and k.endswith("/COMPLETE") for k in keys)
     assert refused(node_k8s) <= OPTIONAL_READS, refused(node_k8s)
     assert calls(node_k8s) - OPTIONAL_READS <= granted_permissions()

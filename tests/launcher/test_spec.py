@@ -348,6 +348,12 @@ MPI_PROGRAM = {"command": ["python", "/app/train.py"], "image": "my/mpi:1"}
             "stage_data_uri",
             "only the launcher pod runs the command",
         ),
+        # The RayJob CRD's activeDeadlineSeconds is an int32.
+        (
+            {"api": "rayjob", "image": "r:1", "active_deadline_seconds": 2**31},
+            "active_deadline_seconds",
+            "2147483647",
+        ),
         # The Trainer's MPI plugin sets OpenMPI's hostfile in the pods.
         (
             {
@@ -359,7 +365,7 @@ MPI_PROGRAM = {"command": ["python", "/app/train.py"], "image": "my/mpi:1"}
             "set by the Trainer",
         ),
     ],
-    ids=["ray-image", "mpi-image", "mpi-launcher-image", "mpi-staging", "mpi-env"],
+    ids=["ray-image", "mpi-image", "mpi-launcher-image", "mpi-staging", "ray-deadline", "mpi-env"],
 )
 def test_what_an_mpi_runtime_or_a_rayjob_needs_is_refused_naming_the_setting(kwargs, field, fix):
     base = {"api": "trainjob", "name": "j"}

@@ -300,8 +300,9 @@ class KubernetesJob:
         reason, details = self.diagnosis.failure(self.follower)
         message = self.phase.message
         worst = self.diagnosis.worst_pod(self.follower)
-        code = worst[1].exit_code if worst else None
-        if code is None:  # a RayJob's driver runs in no pod of its own
+        if self.api.pods_exit_as_the_program:
+            code = worst[1].exit_code if worst else None
+        else:  # a RayJob's driver runs in no pod of its own: its code is in the job's status
             code = self.api.program_exit_code(self.phase)
         if code is not None and 0 < code < 128 and self.options.cleanup != "always":
             self.job.record_failure(f"{reason}; permanent exit code {code}", suspend=False)
