@@ -22,6 +22,7 @@ from components.launcher.api_options import (
     MPIJobOptions,
     OperatorOptions,
     PyTorchJobOptions,
+    RayJobOptions,
     TFJobOptions,
     TrainJobOptions,
 )
@@ -36,10 +37,11 @@ FLAG_SOURCES: tuple[tuple[type, tuple[str, ...]], ...] = (
     (PyTorchJobOptions, ()),
     (TFJobOptions, tuple(f.name for f in dataclasses.fields(PyTorchJobOptions))),
     (MPIJobOptions, tuple(f.name for f in dataclasses.fields(OperatorOptions))),
+    (RayJobOptions, ("backoff_limit", "ttl_seconds_after_finished")),
 )
 """The classes whose fields are the flags (each setting once: a TFJob and an MPIJob share the
-Training Operator's with a PyTorchJob; an XGBoostJob and a RayJob have none of their own), and
-the fields of each that are not flags."""
+Training Operator's with a PyTorchJob, and a RayJob its retries and TTL; an XGBoostJob has none
+of its own), and the fields of each that are not flags."""
 SPEC_FLAGS = {
     f.name: flag_of(f)
     for cls, skip in FLAG_SOURCES

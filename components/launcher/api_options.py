@@ -31,6 +31,7 @@ from components.launcher.spec_rules import (
     SpecError,
     check_int,
     fail,
+    quantity,
 )
 
 _GANG = (
@@ -69,6 +70,8 @@ _TF_ELASTIC = (
 
 
 _MPIJOB_ONLY = "an MPIJob's setting: use api=mpijob (the MPI Operator) for an MPI program"
+_RAY_HEAD = ("ray_head_cpu", "ray_head_memory")
+_RAYJOB_ONLY = "the Ray head is a RayJob's: use api=rayjob (KubeRay) for a Ray program"
 _TRAINJOB_MPI = {
     "mpi_implementation": "mlPolicy.mpi.mpiImplementation",
     "mpi_worker_command": "its node pods' command",
@@ -104,6 +107,7 @@ class TrainJobOptions:
 
     API: ClassVar[str] = "trainjob"
     INSTEAD: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(_RAY_HEAD, _RAYJOB_ONLY),
         "elastic_min_replicas": _ELASTIC,
         "elastic_max_replicas": _ELASTIC,
         "max_restarts": _ELASTIC,
@@ -240,6 +244,7 @@ class PyTorchJobOptions(OperatorOptions):
 
     API: ClassVar[str] = "pytorchjob"
     INSTEAD: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(_RAY_HEAD, _RAYJOB_ONLY),
         "runtime_name": _V2_RUNTIME,
         "runtime_kind": _V2_RUNTIME,
         "ml_policy": _ML_POLICY,
@@ -294,6 +299,7 @@ class TFJobOptions(OperatorOptions):
 
     API: ClassVar[str] = "tfjob"
     INSTEAD: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(_RAY_HEAD, _RAYJOB_ONLY),
         "runtime_name": _TF_RUNTIME,
         "runtime_kind": _TF_RUNTIME,
         "ml_policy": _ML_POLICY,
@@ -321,6 +327,7 @@ class XGBoostJobOptions(OperatorOptions):
 
     API: ClassVar[str] = "xgboostjob"
     INSTEAD: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(_RAY_HEAD, _RAYJOB_ONLY),
         "runtime_name": _V2_RUNTIME + " (runtime_name=xgboost-distributed runs XGBoost there)",
         "runtime_kind": _V2_RUNTIME,
         "ml_policy": _ML_POLICY,
@@ -345,8 +352,8 @@ _RAY_ELASTIC = (
 
 @dataclass(frozen=True, kw_only=True)
 class RayJobOptions:
-    """What only a KubeRay ``RayJob`` says: its retries and how long its finished Ray cluster is
-    kept."""
+    """What only a KubeRay ``RayJob`` says: its retries, how long its finished Ray cluster is
+    kept, and the size of its Ray head."""
 
     API: ClassVar[str] = "rayjob"
     INSTEAD: ClassVar[dict[str, str]] = {
@@ -377,10 +384,18 @@ class RayJobOptions:
     ttl_seconds_after_finished: int | None = None
     """RayJob: how long the finished job's Ray cluster (its pods, GPUs included) is kept
     (None: 60 s)."""
+    ray_head_cpu: str | None = None
+    """RayJob: the Ray head's CPU request (None: 500m). The head runs Ray's GCS and dashboard and
+    the job's driver: your Ray program's own code outside its tasks runs there."""
+    ray_head_memory: str | None = None
+    """RayJob: the Ray head's memory, request and limit (None: 2Gi)."""
 
     def __post_init__(self) -> None:
         check_int(self, "backoff_limit", optional=True, minimum=0)
         check_int(self, "ttl_seconds_after_finished", optional=True, minimum=0)
+        for name in ("ray_head_cpu", "ray_head_memory"):
+            if quantity(self, name) == 0:
+                fail(self, name, "must be more than 0 (the head runs the GCS and the driver)")
 
 
 _MPI_ELASTIC = (
@@ -403,6 +418,7 @@ class MPIJobOptions(OperatorOptions):
 
     API: ClassVar[str] = "mpijob"
     INSTEAD: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(_RAY_HEAD, _RAYJOB_ONLY),
         "runtime_name": _MPI_RUNTIME,
         "runtime_kind": _MPI_RUNTIME,
         "ml_policy": _MPI_RUNTIME,

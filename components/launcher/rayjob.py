@@ -6,8 +6,9 @@ Job whose pod runs ``ray job submit`` against the head's dashboard: the entrypoi
 the Ray job's driver on the head. The mapping:
 
 - the head: the spec's image, env, pod security, scratch folders and scheduling,
-  ``num-cpus: 0`` so that no training lands on it, small fixed requests (``HEAD_CPU``,
-  ``HEAD_MEMORY``: the GCS, the dashboard and the driver);
+  ``num-cpus: 0`` so that no training lands on it, small requests (``ray_head_cpu``,
+  ``ray_head_memory``; by default ``HEAD_CPU``, ``HEAD_MEMORY``: the GCS, the dashboard and the
+  driver);
 - one worker group (``workers``) of ``workers`` pods, fixed (min = max = replicas), each as a
   node of the other APIs: GPUs, CPU/memory, the staging init container and volumes, the
   Ray container advertising ``nproc_per_node`` CPUs to Ray (``num-cpus``) so that
@@ -133,9 +134,11 @@ def _template(spec: TrainSpec, container: str, *, node: bool) -> dict[str, Any]:
     if hook:
         ray["lifecycle"] = {"preStop": hook}
     if not node:
+        cpu = spec.ray.ray_head_cpu or HEAD_CPU
+        memory = spec.ray.ray_head_memory or HEAD_MEMORY
         ray["resources"] = {
-            "requests": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY},
-            "limits": {"memory": HEAD_MEMORY},
+            "requests": {"cpu": cpu, "memory": memory},
+            "limits": {"memory": memory},
         }
     return template
 

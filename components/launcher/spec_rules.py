@@ -240,8 +240,9 @@ def _check_sizes(spec: TrainSpec) -> None:
     _check_quantities(spec)
 
 
-def _quantity(spec: TrainSpec, name: str):
-    """The field's value as a number (None when unset); refuses what is no quantity."""
+def quantity(spec: Any, name: str):
+    """The field's value as a number (None when unset); refuses what is no quantity (``spec``:
+    a TrainSpec, or an API's options)."""
     from kubernetes.utils import parse_quantity
 
     value = getattr(spec, name)
@@ -258,7 +259,7 @@ def _quantity(spec: TrainSpec, name: str):
 
 def _check_quantities(spec: TrainSpec) -> None:
     names = ("cpu_request", "cpu_limit", "memory_request", "memory_limit", "shm_size")
-    sizes = {name: _quantity(spec, name) for name in names}
+    sizes = {name: quantity(spec, name) for name in names}
     for req, lim in (("cpu_request", "cpu_limit"), ("memory_request", "memory_limit")):
         if sizes[req] is not None and sizes[lim] is not None and sizes[req] > sizes[lim]:
             fail(spec, req, f"must not exceed {lim}={getattr(spec, lim)!r}")
@@ -270,7 +271,7 @@ def _check_quantities(spec: TrainSpec) -> None:
                 f"{getattr(spec, req)!r}): leave {lim} unset, or use qos=burstable",
             )
     for name in ("ephemeral_storage", "checkpoint_space"):
-        value = _quantity(spec, name)
+        value = quantity(spec, name)
         if value is not None and value <= 0:
             fail(spec, name, "must be a positive size such as 20Gi")
     shm = sizes["shm_size"]

@@ -151,3 +151,19 @@ def test_the_job_phase_comes_from_the_deployment_and_the_ray_jobs_status():
     said = "Job entrypoint command failed with exit code 2, last available logs: ..."
     bad_input = phase(jobDeploymentStatus="Failed", jobStatus="FAILED", message=said)
     assert RAYJOB.program_exit_code(bad_input) == 2  # permanent: recorded, never retried
+
+
+def test_the_ray_head_is_sized_by_its_options():
+    """Your Ray program's driver runs on the head: its CPU and memory can be raised."""
+    head, _ = _pods(build_rayjob(ray_spec(ray_head_cpu="2", ray_head_memory="8Gi")))
+    (ray,) = head["template"]["spec"]["containers"]
+    assert ray["resources"] == {
+        "requests": {"cpu": "2", "memory": "8Gi"},
+        "limits": {"memory": "8Gi"},
+    }
+    head, _ = _pods(build_rayjob(ray_spec()))
+    (ray,) = head["template"]["spec"]["containers"]
+    assert ray["resources"]["requests"] == {"cpu": "500m", "memory": "2Gi"}
+    with pytest.raises(SpecError) as err:
+        ray_spec(ray_head_memory="lots")
+    assert err.value.field == "ray_head_memory" and "Kubernetes quantity" in str(err.value)

@@ -53,6 +53,8 @@ XGBOOSTJOB_REFUSALS = {
     "mpi_implementation": ({"mpi_implementation": "Intel"}, "api=mpijob"),
     "mpi_worker_command": ({"mpi_worker_command": ["sshd"]}, "api=mpijob"),
     "ssh_auth_mount_path": ({"ssh_auth_mount_path": "/home/u/.ssh"}, "api=mpijob"),
+    "ray_head_cpu": ({"ray_head_cpu": "2"}, "api=rayjob"),
+    "ray_head_memory": ({"ray_head_memory": "8Gi"}, "api=rayjob"),
     "runtime_name": ({"runtime_name": "xgboost-distributed"}, "runtime_name=xgboost-distributed"),
     "runtime_kind": ({"runtime_kind": "TrainingRuntime"}, "use api=trainjob"),
     "ml_policy": ({"ml_policy": "xgboost"}, "an mlPolicy (MPI, XGBoost...)"),

@@ -122,6 +122,15 @@ TRAINJOB_REFUSALS = {
 }
 
 
+@pytest.mark.parametrize("api", sorted(set(OPTIONS_OF_API) - {"rayjob"}))
+def test_the_ray_heads_size_is_a_rayjobs_alone(api):
+    program = {"image": "registry.example.com/p:1", "command": ["python", "p.py"]}
+    for field, value in (("ray_head_cpu", "2"), ("ray_head_memory", "8Gi")):
+        with pytest.raises(SpecError) as err:
+            TrainSpec.flat(api=api, name="j", **program, **{field: value})
+        assert err.value.field == field and "use api=rayjob" in str(err.value)
+
+
 @pytest.mark.parametrize("api", sorted(OPTIONS_OF_API))
 def test_every_api_says_what_it_offers_instead_of_each_other_apis_option(api):
     cls = OPTIONS_OF_API[api]
@@ -139,6 +148,9 @@ def test_every_v1_only_field_has_a_tested_refusal():
         "mpi_implementation",
         "mpi_worker_command",
         "ssh_auth_mount_path",
+        # A RayJob's: test_the_ray_heads_size_is_a_rayjobs_alone.
+        "ray_head_cpu",
+        "ray_head_memory",
     }
 
 
@@ -283,6 +295,8 @@ TFJOB_REFUSALS = {
     "mpi_implementation": ({"mpi_implementation": "Intel"}, "api=mpijob"),
     "mpi_worker_command": ({"mpi_worker_command": ["sshd"]}, "api=mpijob"),
     "ssh_auth_mount_path": ({"ssh_auth_mount_path": "/home/u/.ssh"}, "api=mpijob"),
+    "ray_head_cpu": ({"ray_head_cpu": "2"}, "api=rayjob"),
+    "ray_head_memory": ({"ray_head_memory": "8Gi"}, "api=rayjob"),
     "runtime_name": ({"runtime_name": "torch-distributed"}, "no TensorFlow runtime"),
     "runtime_kind": ({"runtime_kind": "TrainingRuntime"}, "Training Operator v1"),
     "ml_policy": ({"ml_policy": "mpi"}, "an mlPolicy (MPI, XGBoost...) is a Kubeflow Trainer v2"),
