@@ -28,8 +28,32 @@ def restricted(cluster, request):
     cluster.delete_namespace(name)
 
 
+RUNTIMES = {
+    # Kubeflow Trainer's own MPI runtimes (runLauncherAsNode: true), and a cluster's own as a
+    # namespaced TrainingRuntime whose launcher is no node.
+    "deepspeed-distributed": ("deepspeed_distributed.yaml", True),
+    "mlx-distributed": ("mlx_distributed.yaml", True),
+    "launcher-not-a-node": ("deepspeed_distributed.yaml", False),
+}
+
+
+def _install_runtime(cluster, namespace: str, name: str) -> dict:
+    """The runtime ``name`` of ``RUNTIMES``: the TrainSpec settings that choose it."""
+    file, as_node = RUNTIMES[name]
+    (runtime,) = load_documents(TRAINER / "runtimes" / file)
+    if as_node:
+        cluster.plane.apply([runtime])
+        return {"runtime_name": name}
+    runtime["kind"] = "TrainingRuntime"
+    runtime["metadata"] = {"name": name, "namespace": namespace}
+    runtime["spec"]["mlPolicy"]["mpi"]["runLauncherAsNode"] = False
+    cluster.plane.apply([runtime])
+    return {"runtime_name": name, "runtime_kind": "TrainingRuntime", "ml_policy": "mpi"}
+
+
+@pytest.mark.parametrize("runtime", sorted(RUNTIMES))
 def test_an_mpi_trainjob_becomes_sshd_nodes_and_a_launcher_with_the_hostfile(
-    cluster, restricted, tmp_path: Path
+    cluster, restricted, tmp_path: Path, runtime
 ):
     spec = TrainSpec.flat(
         api="trainjob",
@@ -38,19 +62,20 @@ def test_an_mpi_trainjob_becomes_sshd_nodes_and_a_launcher_with_the_hostfile(
         workers=3,
         nproc_per_node=2,
         run_id="r",
-        runtime_name="deepspeed-distributed",
         image="registry.example.com/team/deepspeed:1",
         command=MPI_PROGRAM,
+        **_install_runtime(cluster, restricted, runtime),
     )
+    as_node = RUNTIMES[runtime][1]
     manifest = build_trainjob(spec)
     patched = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
     assert [job["name"] for job in patched["replicatedJobs"]] == ["node", "launcher"]
     client.CustomObjectsApi(cluster.clients()).create_namespaced_custom_object(
         "trainer.kubeflow.org", "v1alpha1", restricted, "trainjobs", manifest
     )
-    # runLauncherAsNode: the launcher is one of the 3 nodes, so 2 sshd node pods come first,
-    # each admitted under restricted (sshd runs as UID 1000 on port 2222: nothing more needed)
-    nodes = created_pods(cluster, restricted, f"{JOB}=node", 2)
+    # runLauncherAsNode: the launcher is one of the 3 nodes, so 2 sshd node pods come first;
+    # otherwise 3. Each is admitted under restricted (sshd as UID 1000 on port 2222).
+    nodes = created_pods(cluster, restricted, f"{JOB}=node", 2 if as_node else 3)
     for pod in nodes:
         (container,) = pod.spec.containers
         assert container.command == ["/usr/sbin/sshd"]  # the runtime's image, not ours
@@ -72,10 +97,10 @@ def test_an_mpi_trainjob_becomes_sshd_nodes_and_a_launcher_with_the_hostfile(
         core.read_namespaced_config_map("mpi-mpi-hostfile", restricted).data["hostfile"]
     )
     hosts = read_hostfile(str(hostfile))
-    # 3 nodes x 2 slots: 2 node pods, then the launcher (a node too: runLauncherAsNode)
+    # 3 nodes x 2 slots: the node pods, and the launcher only when it is a node too
     assert sum(slots for _, slots in hosts) == spec.world_size == 6
     assert hosts[0] == ("mpi-node-0-0.mpi", 2)
-    assert ("mpi-launcher-0-0.mpi", 2) in hosts
+    assert (("mpi-launcher-0-0.mpi", 2) in hosts) is as_node
 
 
 def test_our_trainer_on_trainers_own_mpi_runtimes_is_refused_naming_the_runtime():
