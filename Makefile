@@ -8,7 +8,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 RELEASE_IMAGE := ghcr.io/kfp-ddp/kfp-ddp:$(VERSION)
 IMAGE  ?= $(RELEASE_IMAGE)
 
-.PHONY: setup test lint format demo bench compile components image image-local image-mpi image-local-mpi constraints clean
+.PHONY: setup test lint format demo bench generate compile components image image-local image-mpi image-local-mpi image-ray image-local-ray constraints clean
 
 setup: $(STAMP)
 
@@ -44,12 +44,17 @@ BENCHMARKS := $(sort $(wildcard benchmarks/*.py))
 bench: setup
 	@for script in $(BENCHMARKS); do echo "== $$script"; $(PY) $$script || exit 1; done
 
-compile: setup
+# The KFP functions written from their declarations (pipelines/generate.py): the compiled
+# pipelines and component files embed them (a test holds them current).
+generate: setup
+	$(PY) -m pipelines.generate
+
+compile: generate
 	$(VENV)/bin/kfp-ddp compile --storage object-store
 	$(VENV)/bin/kfp-ddp compile --storage shared-volume
 
 # The component files for pipelines of your own (a golden test diffs them).
-components: setup
+components: generate
 	$(VENV)/bin/kfp-ddp compile-components --image $(RELEASE_IMAGE) --output components/compiled
 
 # The image, with docker, podman or buildah (whichever this machine has; CONTAINER_TOOL= chooses).
@@ -68,6 +73,14 @@ image-mpi:
 
 image-local-mpi: setup
 	PYTHON=$(PY) image/build.sh local-mpi
+
+# The Ray variants ($(IMAGE)-ray, localhost/kfp-ddp:$(VERSION)-cpu-ray): the image with the `ray`
+# extra (ray[default,train]; --build-arg EXTRAS=ray), for a RayJob's pods (api=rayjob).
+image-ray:
+	IMAGE=$(IMAGE) image/build.sh release-ray
+
+image-local-ray: setup
+	PYTHON=$(PY) image/build.sh local-ray
 
 constraints: setup
 	{ head -n 2 constraints.txt; $(PY) -m pip freeze --exclude-editable | sed -E 's/\+(cpu|cu[0-9]+)$$//'; } > constraints.txt.new

@@ -1,6 +1,7 @@
 """The pipeline's own steps (lightweight KFP components; each body is self-contained).
 
-- ``check_arguments_step``: the run's first step, cheap: every argument checked before anything
+- ``check_arguments_step`` (written by ``check_step_source`` into ``generated_check_step.py``):
+  the run's first step, cheap: every argument checked before anything
   else runs (``pipelines.validation``), so a bad value from the Kubeflow UI fails in seconds.
 - ``stage_dataset_step``: sync the ImageFolder from S3 into the workspace and freeze what was
   synced. The sync target is keyed by the source (``data/<source key>/mirror``), so runs of other
@@ -20,7 +21,7 @@ from typing import NamedTuple
 
 from kfp.dsl import HTML, Dataset, Input, Model, Output
 
-from components.kfp.function import REQUIRED, kfp_function, literal
+from components.kfp.function import REQUIRED, function_source, literal, module_source
 from pipelines.late_checks import check_baseline
 from pipelines.parameter_errors import ArgumentError, ParameterError
 from pipelines.parameters import COMPILE_TIME, PARAMETERS, function_inputs
@@ -77,17 +78,21 @@ def check_run_size(images: dict[str, dict[str, int]], **size: int) -> None:
         raise SystemExit(f"bad pipeline argument: {exc}") from None
 
 
-def _check_step():
-    """``check_arguments_step``: a KFP function whose parameters are the pipeline's (declared
-    once, in ``pipelines.parameters``) plus the compile-time choices; it calls
-    ``run_argument_check`` with all of them."""
+CHECK_IMPORTS = ("from typing import NamedTuple",)
+"""What the check step's return annotation needs."""
+
+
+def check_step_source() -> str:
+    """The module of ``check_arguments_step``: a KFP function whose parameters are the
+    pipeline's (declared once, in ``pipelines.parameters``) plus the compile-time choices; it
+    calls ``run_argument_check`` with all of them (``generated_check_step.py``)."""
 
     inputs = [
         dataclasses.replace(i, default=REQUIRED, doc="")
         for i in function_inputs(PARAMETERS, image="")
     ] + list(COMPILE_TIME)
     given = "".join(f"        {literal(i.name)}: {i.name},\n" for i in inputs)
-    return kfp_function(
+    function = function_source(
         "check_arguments_step",
         inputs,
         doc=(
@@ -102,6 +107,7 @@ def _check_step():
         body=f"""
 from collections import namedtuple
 
+# KFP runs this function alone, in the image: what it calls is imported here.
 from pipelines.steps import CHECK_OUTPUTS, run_argument_check
 
 checked = run_argument_check(
@@ -114,12 +120,12 @@ return namedtuple("Outputs", CHECK_OUTPUTS)(*checked)
             'NamedTuple("Outputs", [("checkpoint_uri", str), ("init_from", str), '
             '("baseline_uri", str), ("latest_run", str)])'
         ),
-        namespace={"NamedTuple": NamedTuple},
-        module=__name__,
     )
-
-
-check_arguments_step = _check_step()
+    summary = (
+        "The pipeline's first step, its parameters the pipeline's "
+        "(``pipelines.steps.check_step_source``)."
+    )
+    return module_source(summary, CHECK_IMPORTS, function)
 
 
 def stage_dataset_step(

@@ -59,6 +59,7 @@ from components.kfp.factory import make_component
 from components.kfp.function import docstring
 from components.kfp.launcher import make_cleanup_op, make_training_job_op
 from components.kfp.s3_sync import use_s3_credentials
+from pipelines.generated_check_step import check_arguments_step
 from pipelines.parameters import PARAMETERS, declared, function_inputs, signature
 from pipelines.plan import (
     DEFAULT_STORAGE,
@@ -68,7 +69,6 @@ from pipelines.plan import (
     training_step_inputs,
 )
 from pipelines.steps import (
-    check_arguments_step,
     list_dataset_step,
     publish_model_step,
     stage_dataset_step,

@@ -2,7 +2,7 @@
 naming the parameter the user set, its value and the fix.
 
 ``check_arguments(arguments)`` is called by ``kfp-ddp run/schedule/run-local/render`` before they
-submit, and by the pipeline's first step (``pipelines.steps.check_arguments_step``), so a run
+submit, and by the pipeline's first step (``pipelines.generated_check_step``), so a run
 started from the Kubeflow UI fails in seconds instead of after a data sync and three attempts of
 a GPU job. In order:
 

@@ -10,8 +10,8 @@ a TensorFlow or XGBoost program's model/ tree instead;
 metadata arch, val_accuracy, data_digest, job_name, job_api) and the training summary
 (``Output[Metrics]``).
 Its parameters are the fields of ``step.TrainingStepInputs``, declared once there:
-``training_job_function`` writes the component's signature and its docstring's ``Args`` from
-them (``kfp_function``).
+``training_job_source`` writes the function, its signature and its docstring's ``Args`` from
+them, into ``generated_training_job.py`` (``make components``; a test holds it current).
 ``cleanup_component`` is for the pipeline's ``dsl.ExitHandler``: it deletes the run's jobs of
 every API (selected by the run-id label), so a cancelled run leaves no GPUs busy.
 """
@@ -21,12 +21,19 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from kfp.dsl import Metrics, Model, Output, TaskConfig
 from kfp.dsl.python_component import PythonComponent
 
 from components import DEFAULT_IMAGE
+from components.kfp import generated_training_job
 from components.kfp.factory import make_component
-from components.kfp.function import REQUIRED, FunctionInput, docstring, kfp_function
+from components.kfp.function import (
+    REQUIRED,
+    FunctionInput,
+    docstring,
+    function_source,
+    module_source,
+    with_defaults,
+)
 from components.launcher.step import KFP_DEFAULT, TRAINER_SETTING, TrainingStepInputs
 from components.launcher.task_config import passthroughs
 from kfp_ddp.field_docs import field_docs
@@ -89,30 +96,46 @@ def _trainer_doc(f: dataclasses.Field, trainer_docs: dict[str, str]) -> str:
     return f"{f.metadata['flag']}: {trainer_docs.get(name, '')}"
 
 
-def training_job_function(
-    image: str = DEFAULT_IMAGE, *, inputs_class: type | None = None
-) -> Callable[..., None]:
-    """The training component's function: ``model`` and ``metrics`` (its outputs), then the fields
-    of ``inputs_class`` (``step.TrainingStepInputs``); its body builds an ``inputs_class`` from
-    its parameters and calls ``step.run_training_step``."""
-    if inputs_class is None:
-        inputs_class = TrainingStepInputs
-    inputs = list(TRAINING_OUTPUTS) + step_function_inputs(inputs_class, image=image)
+TRAINING_IMPORTS = ("from kfp.dsl import Metrics, Model, Output, TaskConfig",)
+"""What the annotations of the training component's function need."""
+
+
+def training_job_source(inputs_class: type = TrainingStepInputs) -> str:
+    """The module of the training component's function: ``model`` and ``metrics`` (its outputs),
+    then the fields of ``inputs_class`` (``step.TrainingStepInputs``, or a subclass declaring
+    more); its body builds an ``inputs_class`` from its parameters and calls
+    ``step.run_training_step``. ``generated_training_job.py`` is this module for the step's
+    inputs; write one for a subclass of your own and pass its function to
+    ``make_training_job_op``."""
+    inputs = list(TRAINING_OUTPUTS) + step_function_inputs(inputs_class, image=DEFAULT_IMAGE)
     name = inputs_class.__name__
-    return kfp_function(
+    function = function_source(
         "training_job_component",
         inputs,
         doc=docstring(TRAINING_SUMMARY, inputs, returns=TRAINING_RETURNS),
         body=f"""
 given = {{k: v for k, v in locals().items() if k not in ("model", "metrics")}}  # the parameters
+# KFP runs this function alone, in the image: what it calls is imported here.
 from {inputs_class.__module__} import {name}
 from components.launcher.step import run_training_step
 
 run_training_step({name}(**given), model=model, metrics=metrics)
 """,
-        namespace={"Output": Output, "Model": Model, "Metrics": Metrics, "TaskConfig": TaskConfig},
-        module=__name__,
     )
+    summary = (
+        f"The training component's function, its parameters the fields of "
+        f"``{inputs_class.__module__}.{name}`` (``components.kfp.launcher.training_job_source``)."
+    )
+    return module_source(summary, TRAINING_IMPORTS, function)
+
+
+def training_job_function(
+    image: str = DEFAULT_IMAGE, *, function: Callable[..., None] | None = None
+) -> Callable[..., None]:
+    """The training component's function with ``image`` as its ``image`` default: the step's
+    (``generated_training_job``), or ``function``, one written by ``training_job_source`` for a
+    subclass of the step's inputs."""
+    return with_defaults(function or generated_training_job.training_job_component, image=image)
 
 
 training_job_component = training_job_function()
@@ -139,10 +162,11 @@ def make_training_job_op(
     image: str = DEFAULT_IMAGE,
     *,
     forward_task_config: bool = True,
-    inputs_class: type = TrainingStepInputs,
+    function: Callable[..., None] | None = None,
 ) -> PythonComponent:
     """The training component on ``image``; its training nodes run ``image`` too by default.
-    ``inputs_class``: its inputs (``TrainingStepInputs``, or a subclass declaring more).
+    ``function``: its function for a subclass of the step's inputs declaring more
+    (``training_job_source``), else the step's own.
 
     ``forward_task_config``: declare ``task_config_passthroughs`` (``task_config.passthroughs``):
     the task's resources, tolerations, node selector and affinity go to the job's nodes, not to
@@ -151,8 +175,8 @@ def make_training_job_op(
     """
     forwarded = passthroughs() if forward_task_config else None
     # Its training nodes' default image: ``image``.
-    function = training_job_function(image, inputs_class=inputs_class)
-    return make_component(function, image=image, task_config_passthroughs=forwarded)
+    chosen = training_job_function(image, function=function)
+    return make_component(chosen, image=image, task_config_passthroughs=forwarded)
 
 
 def make_cleanup_op(image: str = DEFAULT_IMAGE) -> PythonComponent:

@@ -17,6 +17,7 @@ from components.kfp.launcher import (
     make_training_job_op,
     training_job_component,
     training_job_function,
+    training_job_source,
 )
 from components.launcher import SpecError
 from components.launcher.step import (
@@ -26,6 +27,7 @@ from components.launcher.step import (
     run_training_step,
     trainer_args_for,
 )
+from tests.generated_modules import import_written
 
 # Writes what the trainer writes (rank 0), so the step's export runs without minutes of training.
 WRITER = textwrap.dedent(
@@ -199,10 +201,14 @@ class InputsWithWarmup(TrainingStepInputs):
     0: none."""
 
 
-def test_a_new_step_input_is_a_component_input_with_its_doc_and_default():
+def test_a_new_step_input_is_a_component_input_with_its_doc_and_default(tmp_path: Path):
     """A field added to the step's inputs is a component input: its type, default and docstring
-    (the description KFP's UI shows), with no second list to edit."""
-    function = training_job_function("registry.example/img:3", inputs_class=InputsWithWarmup)
+    (the description KFP's UI shows), with no second list to edit: the function is written from
+    the declaration (``training_job_source``) and imported."""
+    written = import_written(training_job_source(InputsWithWarmup), tmp_path, "warmup_step")
+    function = training_job_function(
+        "registry.example/img:3", function=written.training_job_component
+    )
     op = make_component(function, image="registry.example/img:3")
     warmup = op.component_spec.inputs["warmup_steps"]
     assert (warmup.type, warmup.default) == ("Integer", 10)

@@ -262,3 +262,18 @@ def test_compile_components_leaves_other_files_alone(tmp_path: Path) -> None:
     assert (out / "mine.yaml").read_text() == "kept: true\n"
     assert "PIPELINE DEFINITION" in (out / "s3_sync.yaml").read_text()
     assert "placeholder" in result.output or "release image" in result.output
+
+
+def test_the_generated_kfp_functions_are_what_their_declarations_write(tmp_path):
+    """``components/kfp/generated_training_job.py`` and ``pipelines/generated_check_step.py``
+    hold the source KFP embeds: a declaration changed without ``make components`` fails here,
+    and ``--check`` names the stale file."""
+    from pipelines.generate import GENERATED, main, stale
+
+    assert stale() == [], "run `make components`"
+    assert main(["--check"]) == 0
+    # A copy whose one parameter is named otherwise than its declaration says is stale.
+    for name, write in GENERATED.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(write().replace("checkpoint_uri", "checkpoint_url", 1))
+    assert set(stale(tmp_path)) == set(GENERATED)

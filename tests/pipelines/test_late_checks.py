@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from pipelines.cli import main
 from pipelines.cli_arguments import with_defaults
+from pipelines.generated_check_step import check_arguments_step
 from pipelines.late_checks import local_gpus
-from pipelines.steps import check_arguments_step
 from pipelines.validation import ArgumentError, check_arguments
 
 REQUIRED = ["-p", "data_uri=s3://bucket/datasets/cats", "-p", "publish_uri=s3://bucket/models"]

@@ -15,7 +15,11 @@ from dataclasses import dataclass
 import pytest
 from kfp import compiler
 
-from components.kfp.launcher import make_training_job_op, training_job_function
+from components.kfp.launcher import (
+    make_training_job_op,
+    training_job_function,
+    training_job_source,
+)
 from components.launcher.step import (
     TRAINER_SETTING,
     TrainingStepInputs,
@@ -30,6 +34,7 @@ from pipelines.parameters import (
     step_parameters,
     trainer_parameters,
 )
+from tests.generated_modules import import_written
 from trainer import config as trainer_config
 from trainer.flags import check_flags
 
@@ -132,7 +137,8 @@ def test_adding_a_setting_is_one_declaration(tmp_path):
     assert run_key(inputs) != run_key(WithWeightDecay(**BASE))
     # The component written from the declaration takes it, optional, with the trainer's doc.
     path = tmp_path / "training_job.yaml"
-    op = make_training_job_op(image="img", inputs_class=WithWeightDecay)
+    written = import_written(training_job_source(WithWeightDecay), tmp_path, "weight_decay_step")
+    op = make_training_job_op(image="img", function=written.training_job_component)
     compiler.Compiler().compile(op, str(path))
     spec = op.component_spec.inputs["weight_decay"]
     assert spec.optional and spec.default is None and spec.type == "Float"
