@@ -6,14 +6,18 @@
 #   VARIANT=cpu: any Debian-like base with python3 and python3-venv (e.g. debian:bookworm-slim, or
 #     the registry-free base `make image-local` makes with mmdebstrap); torch and torchvision are
 #     installed into /opt/venv: from PyTorch's CPU index, or from a wheelhouse mounted at /wheels.
+# Either with EXTRAS=ray (`make image-ray`, `make image-local-ray`; tagged -ray): pyproject.toml's
+# `ray` extra too, what a RayJob's pods run (api=rayjob).
 # Everything else is installed with the exact pins of constraints.txt, so the image runs the
 # versions the tests ran; the torch version of BASE_IMAGE must be constraints.txt's `torch==` pin
 # (tests/trainer/test_dockerfile.py checks).
 #
 # Layers: the dependencies (pyproject.toml's list + constraints.txt) first, in layers of their
-# own; the package's sources after them (`pip install --no-deps .`), so a source change rebuilds
-# in seconds. A folder of wheels mounted at /wheels at build time (`podman build -v
-# WHEELS:/wheels:ro`) makes the build install from it alone, without any index.
+# own; then those of the extras (EXTRAS, none by default: an empty step), so an image with an
+# extra (EXTRAS=ray: `make image-ray`, tagged -ray) reuses the plain image's dependency layer from
+# the build cache and adds one layer; the package's sources last (`pip install --no-deps .`), so
+# a source change rebuilds in seconds. A folder of wheels mounted at /wheels at build time
+# (`podman build -v WHEELS:/wheels:ro`) makes the build install from it alone, without any index.
 #
 # The default matches Kubeflow Trainer v2.3's torch-distributed runtime. Each CUDA base needs a
 # minimum NVIDIA driver on the nodes (NVIDIA's CUDA minor-version compatibility table):
@@ -26,15 +30,17 @@
 ARG BASE_IMAGE=pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime
 ARG VARIANT=cuda
 
-# What the dependency layer installs, worked out from pyproject.toml and constraints.txt in a
-# stage of its own: the layer below is rebuilt only when this list changes (not for a new version
-# or a new test tool in pyproject.toml).
+# What the dependency layers install, worked out from pyproject.toml and constraints.txt in a
+# stage of its own: a layer below is rebuilt only when its list changes (not for a new version or
+# a new test tool in pyproject.toml). EXTRAS is an ARG of this stage only: the dependency layer's
+# cache key is the same with or without extras.
 FROM ${BASE_IMAGE} AS requirements
 ARG VARIANT
 # Extras of pyproject.toml to install too, comma-separated: `ray` for a RayJob's image (api=rayjob).
 ARG EXTRAS=""
 COPY pyproject.toml constraints.txt image/dependencies.py /src/
-RUN python3 /src/dependencies.py /src/pyproject.toml --extras "${EXTRAS}" > /src/requirements.txt \
+RUN python3 /src/dependencies.py /src/pyproject.toml > /src/requirements.txt \
+ && python3 /src/dependencies.py /src/pyproject.toml --only-extras "${EXTRAS}" > /src/requirements-extras.txt \
  && python3 /src/dependencies.py /src/constraints.txt --variant "${VARIANT}" > /src/constraints-image.txt
 
 FROM ${BASE_IMAGE}
@@ -74,6 +80,17 @@ RUN set -eu; \
       python -m pip install "$@" ${torch_from} -c /tmp/deps/constraints-image.txt torch torchvision; \
     fi; \
     python -m pip install "$@" -c /tmp/deps/constraints-image.txt -r /tmp/deps/requirements.txt setuptools; \
+    rm -r /tmp/deps
+
+# The extras' dependencies (EXTRAS=ray: ray[default,train], then a check that what a RayJob's pods
+# run imports), with the same pins and from the same wheelhouse; nothing without extras.
+COPY --from=requirements /src/requirements-extras.txt /src/constraints-image.txt /tmp/deps/
+RUN set -eu; \
+    if [ -s /tmp/deps/requirements-extras.txt ]; then \
+      if [ -n "$(ls /wheels 2>/dev/null)" ]; then set -- --no-index --find-links /wheels; else set --; fi; \
+      python -m pip install "$@" -c /tmp/deps/constraints-image.txt -r /tmp/deps/requirements-extras.txt; \
+      if grep -q '^ray\[' /tmp/deps/requirements-extras.txt; then python -c "import ray, ray.train.torch"; fi; \
+    fi; \
     rm -r /tmp/deps
 
 COPY pyproject.toml README.md ./
@@ -126,13 +143,15 @@ USER 1000:1000
 # key of every later instruction).
 ARG VERSION=0+unknown
 ARG REVISION=unknown
+ARG EXTRAS=""
 LABEL org.opencontainers.image.title="kfp-ddp" \
       org.opencontainers.image.description="Distributed PyTorch training as Kubeflow Pipelines: every step and training node" \
       org.opencontainers.image.source="https://github.com/kfp-ddp/kfp-ddp" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
-      io.kfp-ddp.variant="${VARIANT}"
+      io.kfp-ddp.variant="${VARIANT}" \
+      io.kfp-ddp.extras="${EXTRAS}"
 
 # KFP sets the command of every step and the launcher the training nodes'; this is for `docker run`.
 CMD ["kfp-ddp", "--help"]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the image with whatever this machine has: docker, podman or buildah, in that order
-# (CONTAINER_TOOL=... chooses). `make image` and `make image-local` call it.
+# (CONTAINER_TOOL=... chooses). `make image`, `make image-local` and their -mpi and -ray
+# variants call it.
 #
 #   image/build.sh release  # the CUDA image, $IMAGE (default ghcr.io/kfp-ddp/kfp-ddp:VERSION);
 #                           # pulls the pytorch/pytorch base and PyPI
@@ -13,6 +14,13 @@
 #   image/build.sh local-mpi    # localhost/kfp-ddp:VERSION-cpu-mpi: the same on the CPU image,
 #                               # without network (the Debian packages downloaded by this
 #                               # machine's apt, which must be Debian bookworm, mounted at /debs)
+#   image/build.sh release-ray  # $IMAGE-ray: the CUDA image with pyproject.toml's `ray` extra
+#                               # (--build-arg EXTRAS=ray), for a RayJob's pods (api=rayjob)
+#   image/build.sh local-ray    # localhost/kfp-ddp:VERSION-cpu-ray: the same on the CPU image,
+#                               # without network (ray's wheels join the wheelhouse)
+#
+# The -ray images come from the Dockerfile itself: its extras' layer follows the dependency layer,
+# which they share with the plain image from the build cache.
 #
 # Prints the built image's name last. The local image carries a label with a hash of everything
 # that goes into it; a second run with nothing changed builds nothing. Caches (the base's tarball,
@@ -89,8 +97,8 @@ local_base() {
   esac
 }
 
-wheelhouse() {  # prints the folder of every wheel the CPU image installs
-  local requirements key folder
+wheelhouse() {  # wheelhouse [EXTRAS]: prints the folder of every wheel the CPU image installs
+  local extras=${1:-} requirements key folder
   if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
     say "PYTHON=$PYTHON is not Python 3.11, the base's: its wheels would not install there"
     exit 1
@@ -105,6 +113,30 @@ wheelhouse() {  # prints the folder of every wheel the CPU image installs
     if ! "$PYTHON" -m pip wheel --quiet --wheel-dir "$folder.tmp" -c constraints.txt \
         torch torchvision setuptools \
         -r <(echo "$requirements") > "$folder.log" 2>&1; then
+      grep -v "is ignored: it is neither a file nor a directory" "$folder.log" >&2
+      say "pip wheel failed (log: $folder.log)"
+      exit 1
+    fi
+    touch "$folder.tmp/COMPLETE"
+    rm -rf "$folder" && mv "$folder.tmp" "$folder"
+  fi
+  if [[ -n "$extras" ]]; then folder=$(extras_wheelhouse "$folder" "$extras"); fi
+  echo "$folder"
+}
+
+# extras_wheelhouse FOLDER EXTRAS: prints a folder of FOLDER's wheels (hard links) plus those of
+# EXTRAS' dependencies, with constraints.txt's pins.
+extras_wheelhouse() {
+  local base=$1 extras=$2 requirements key folder
+  requirements=$("$PYTHON" image/dependencies.py pyproject.toml --only-extras "$extras")
+  key=$( { echo "$base"; echo "$requirements"; cat constraints.txt; } | sha256sum | cut -c1-16)
+  folder=$CACHE/wheels-$key
+  if [[ ! -f "$folder/COMPLETE" ]]; then
+    say "downloading the wheels of the extras $extras into $folder (this machine's pip settings)"
+    rm -rf "$folder.tmp" && mkdir -p "$folder.tmp"
+    cp -l "$base"/*.whl "$folder.tmp"/ 2> /dev/null || cp "$base"/*.whl "$folder.tmp"/
+    if ! "$PYTHON" -m pip wheel --quiet --wheel-dir "$folder.tmp" --find-links "$folder.tmp" \
+        -c constraints.txt -r <(echo "$requirements") > "$folder.log" 2>&1; then
       grep -v "is ignored: it is neither a file nor a directory" "$folder.log" >&2
       say "pip wheel failed (log: $folder.log)"
       exit 1
@@ -181,6 +213,27 @@ build_mpi() {  # build_mpi BASE NAME [EXTRA...]: the MPI layer on BASE
   esac
 }
 
+# build_local NAME [EXTRAS]: the CPU image (with EXTRAS), unless NAME is up to date.
+build_local() {
+  local name=$1 extras=${2:-} hash wheels
+  hash=$(inputs_hash)${extras:+-$extras}
+  if [[ "$(image_label "$name" "$INPUTS_LABEL")" == "$hash" ]]; then
+    say "$name is up to date (inputs $hash)"
+    return
+  fi
+  say "building $name (CPU${extras:+, extras $extras}) with $TOOL, inputs $hash"
+  local_base
+  local extra=(--pull=never --network=none)  # no network: the wheels are mounted
+  if [[ "$TOOL" == docker ]]; then
+    extra=()  # docker build cannot mount the wheelhouse: torch from PyTorch's CPU index
+  else
+    wheels=$(wheelhouse "$extras")
+    extra+=(--volume "$wheels:/wheels:ro")
+  fi
+  build "${common[@]}" "${extra[@]}" --build-arg VARIANT=cpu --build-arg "BASE_IMAGE=$LOCAL_BASE" \
+    --build-arg "EXTRAS=$extras" --label "$INPUTS_LABEL=$hash" -t "$name"
+}
+
 common=(--build-arg "VERSION=$VERSION" --build-arg "REVISION=$REVISION")
 case "${1:-}" in
   release)
@@ -194,6 +247,11 @@ case "${1:-}" in
     name=$base-mpi
     build_mpi "$base" "$name"
     ;;
+  release-ray)
+    name=${IMAGE:-ghcr.io/kfp-ddp/kfp-ddp:$VERSION}-ray
+    say "building $name (CUDA, extras ray) with $TOOL"
+    build "${common[@]}" --build-arg EXTRAS=ray -t "$name"
+    ;;
   local-mpi)
     base=$("$0" local | tail -n 1)
     name=$base-mpi
@@ -203,24 +261,14 @@ case "${1:-}" in
     ;;
   local)
     name=${IMAGE:-localhost/kfp-ddp:$VERSION-cpu}
-    hash=$(inputs_hash)
-    if [[ "$(image_label "$name" "$INPUTS_LABEL")" == "$hash" ]]; then
-      say "$name is up to date (inputs $hash)"
-    else
-      say "building $name (CPU) with $TOOL, inputs $hash"
-      local_base
-      extra=(--pull=never --network=none)  # no network: the wheels are mounted
-      if [[ "$TOOL" == docker ]]; then
-        extra=()  # docker build cannot mount the wheelhouse: torch from PyTorch's CPU index
-      else
-        extra+=(--volume "$(wheelhouse):/wheels:ro")
-      fi
-      build "${common[@]}" "${extra[@]}" --build-arg VARIANT=cpu --build-arg "BASE_IMAGE=$LOCAL_BASE" \
-        --label "$INPUTS_LABEL=$hash" -t "$name"
-    fi
+    build_local "$name"
+    ;;
+  local-ray)
+    name=${IMAGE:-localhost/kfp-ddp:$VERSION-cpu}-ray
+    build_local "$name" ray
     ;;
   *)
-    echo "usage: $0 release|local|release-mpi|local-mpi" >&2
+    echo "usage: $0 release|local|release-mpi|local-mpi|release-ray|local-ray" >&2
     exit 2
     ;;
 esac

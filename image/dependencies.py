@@ -1,8 +1,12 @@
-"""What the image's dependency layer installs (stdlib only: it runs in the bare base image).
+"""What the image's dependency layers install (stdlib only: it runs in the bare base image).
 
-    python dependencies.py pyproject.toml                  # the project's dependencies, a line each
-    python dependencies.py pyproject.toml --extras ray     # ... plus those of the extra `ray`
-    python dependencies.py constraints.txt --variant cuda  # the pins, less those the base owns
+    python dependencies.py pyproject.toml                    # the project's dependencies
+    python dependencies.py pyproject.toml --extras ray       # ... plus those of the extra `ray`
+    python dependencies.py pyproject.toml --only-extras ray  # those of the extra `ray` alone
+    python dependencies.py constraints.txt --variant cuda    # the pins, less those the base owns
+
+The Dockerfile installs the project's dependencies and its extras' (``--only-extras``, none by
+default) in layers of their own: an image with an extra reuses the plain image's dependency layer.
 
 The CUDA base image owns torch, torchvision and the CUDA libraries they were built with: their
 pins are dropped so pip never replaces them. The CPU variant keeps every pin.
@@ -19,11 +23,14 @@ from pathlib import Path
 OWNED_BY_CUDA_BASE = re.compile(r"^(torch|torchvision|torchaudio|triton|nvidia-[a-z0-9-]+)==")
 
 
-def project_dependencies(pyproject: Path, extras: list[str] | None = None) -> list[str]:
-    """The dependencies, plus those of each of ``extras`` (pyproject's optional-dependencies)."""
+def project_dependencies(
+    pyproject: Path, extras: list[str] | None = None, *, only_extras: bool = False
+) -> list[str]:
+    """The dependencies, plus those of each of ``extras`` (pyproject's optional-dependencies);
+    with ``only_extras``, those of ``extras`` alone."""
     with pyproject.open("rb") as handle:
         project = tomllib.load(handle)["project"]
-    found = list(project["dependencies"])
+    found = [] if only_extras else list(project["dependencies"])
     optional = project.get("optional-dependencies", {})
     for extra in extras or []:
         if extra not in optional:
@@ -44,10 +51,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", type=Path, help="pyproject.toml or a constraints file")
     parser.add_argument("--variant", choices=("cuda", "cpu"), default="cpu")
-    parser.add_argument("--extras", default="", help="extras to add, comma-separated (ray)")
+    listed = parser.add_mutually_exclusive_group()
+    listed.add_argument("--extras", default="", help="extras to add, comma-separated (ray)")
+    listed.add_argument(
+        "--only-extras", default=None, help="extras to list alone, comma-separated (none: nothing)"
+    )
     args = parser.parse_args(argv)
     if args.file.suffix == ".toml":
-        lines = project_dependencies(args.file, [e for e in args.extras.split(",") if e.strip()])
+        only_extras = args.only_extras is not None
+        names = args.only_extras if only_extras else args.extras
+        extras = [e.strip() for e in names.split(",") if e.strip()]
+        lines = project_dependencies(args.file, extras, only_extras=only_extras)
     else:
         lines = image_constraints(args.file, args.variant)
     sys.stdout.write("".join(f"{line}\n" for line in lines))

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from components import DEFAULT_IMAGE
+from components.launcher import SpecError, TrainSpec
 from pipelines.cli import main
 from pipelines.plan import STORAGE_MODES
 
@@ -157,7 +158,7 @@ def test_the_images_are_the_makefiles_release_image_and_its_cpu_variant(tmp_path
             assert "BASE_IMAGE" not in args  # the Dockerfile's default: the CUDA base
     assert tags == {"cuda": DEFAULT_IMAGE, "cpu": f"{DEFAULT_IMAGE}-cpu"}
     signs = [s for s in job["steps"] if "cosign sign" in s.get("run", "")]
-    for sign, built in zip(signs, ("build", "build-mpi"), strict=True):  # every pushed digest
+    for sign, built in zip(signs, ("build", "build-mpi", "build-ray"), strict=True):  # each digest
         assert sign["run"].strip() == 'cosign sign --yes "${REPOSITORY}@${DIGEST}"'
         assert sign["env"]["DIGEST"] == f"${{{{ steps.{built}.outputs.digest }}}}"
         assert expand(sign["env"]["REPOSITORY"], values) == DEFAULT_IMAGE.rsplit(":", 1)[0]
@@ -185,6 +186,31 @@ def test_each_image_has_its_mpi_variant_the_mpi_runtime_names(tmp_path: Path) ->
         for container in job["template"]["spec"]["template"]["spec"]["containers"]
     }
     assert images == {f"{DEFAULT_IMAGE}-mpi"}
+
+
+def test_each_image_has_its_ray_variant_the_rayjob_refusal_names(tmp_path: Path) -> None:
+    """The same Dockerfile with EXTRAS=ray (its dependency layer from the first build's cache),
+    the same build arguments otherwise, tagged -ray: the image a RayJob's refusal of the default
+    image names (components/launcher/spec_rules.py)."""
+    values = released(tmp_path)
+    job = workflow()["jobs"]["image"]
+    steps = {s.get("id"): s for s in job["steps"]}
+    build, ray = steps["build"], steps["build-ray"]
+    assert ray["uses"] == build["uses"] and ray["with"]["context"] == build["with"]["context"]
+    assert ray["with"]["push"] is True and ray["with"]["sbom"] is True
+    assert ray["with"]["provenance"] == "mode=max"
+    tags = set()
+    for variant in job["strategy"]["matrix"]["include"]:
+        matrix = {f"matrix.{k}": v for k, v in variant.items() if isinstance(v, str)}
+        context = values | matrix | {"github.sha": "SHA"}
+        plain = expand(build["with"]["build-args"], context).split()
+        assert sorted(expand(ray["with"]["build-args"], context).split()) == sorted(
+            [*plain, "EXTRAS=ray"]
+        )
+        tags.add(expand(ray["with"]["tags"], values | matrix))
+    assert tags == {f"{DEFAULT_IMAGE}-ray", f"{DEFAULT_IMAGE}-cpu-ray"}
+    with pytest.raises(SpecError, match=re.escape(f"{DEFAULT_IMAGE}-ray")):
+        TrainSpec(name="j", api="rayjob")
 
 
 def test_the_release_compiles_for_exactly_the_released_image(tmp_path: Path) -> None:

@@ -463,9 +463,9 @@ def _check_image_has_what_the_api_runs(spec: TrainSpec) -> None:
         fail(
             spec,
             "image",
-            "a RayJob's pods run `ray start`, and this image has no Ray: set image to one built "
-            "with the ray extra (docker build --build-arg EXTRAS=ray -t REGISTRY/kfp-ddp:TAG-ray "
-            ".), or to your own image with ray[default,train]",
+            "a RayJob's pods run `ray start`, and this image has no Ray: set image to our "
+            f"image's Ray variant ({DEFAULT_IMAGE}-ray, or make image-local-ray: the ray extra), "
+            "or to your own image with ray[default,train]",
         )
 
 

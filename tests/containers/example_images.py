@@ -2,7 +2,8 @@
 
 ``mpi_image``: our image plus OpenMPI and sshd (``image/build.sh local-mpi``).
 
-``ray_image``: our image plus the ``ray`` extra, as a RayJob's pods need it (and the Ray example).
+``ray_image``: our image's Ray variant (``image/build.sh local-ray``: the Dockerfile with
+``EXTRAS=ray``, as users build it), plus the Ray example at ``/app/count_primes.py``.
 
 ``xgboost_example_image``: ``examples/xgboost/train.py`` at ``/app/train.py`` with xgboost (CPU)
 and scikit-learn installed into the image's own environment from a wheelhouse made on this
@@ -23,14 +24,13 @@ from tests.containers.podman import REPO, Podman
 
 CACHE = Path(os.environ.get("KFP_DDP_IMAGE_CACHE", Path.home() / ".cache" / "kfp-ddp" / "image"))
 XGBOOST_PACKAGES = ("xgboost-cpu", "scikit-learn")
-RAY_PACKAGES = ("ray[default,train]",)
 INPUTS_LABEL = "io.kfp-ddp.example-inputs"
 CONTAINERFILE = """\
 FROM {base}
 USER 0
-RUN python -m pip install --no-cache-dir --no-index --find-links /wheels {packages}
-{copies}USER 1000:1000
+{install}{copies}USER 1000:1000
 """
+INSTALL = "RUN python -m pip install --no-cache-dir --no-index --find-links /wheels {packages}\n"
 
 
 def _pins(packages: tuple[str, ...]) -> list[str]:
@@ -73,12 +73,13 @@ def xgboost_example_image(podman: Podman, cpu_image: str, folder: Path) -> str:
 
 
 def ray_image(podman: Podman, cpu_image: str, folder: Path) -> str:
-    """Our image with the ``ray`` extra (``ray[default,train]``: what a RayJob's pods run), and
-    the Ray example at ``/app/count_primes.py`` (built unless up to date)."""
+    """Our image's Ray variant on ``cpu_image`` (``image/build.sh local-ray``: the ``ray`` extra,
+    ``ray[default,train]``, what a RayJob's pods run, from the wheelhouse without network), plus
+    the Ray example at ``/app/count_primes.py`` in a layer of its own (built unless up to date)."""
+    variant = podman.build_script("local-ray", python=sys.executable, timeout=900)
+    assert variant == f"{cpu_image}-ray", (variant, cpu_image)
     program = REPO / "examples" / "ray" / "count_primes.py"
-    return _layered_image(
-        podman, cpu_image, folder, "kfp-ddp-ray", RAY_PACKAGES, {"count_primes.py": program}
-    )
+    return _layered_image(podman, variant, folder, "kfp-ddp-ray", (), {"count_primes.py": program})
 
 
 def _layered_image(
@@ -89,11 +90,12 @@ def _layered_image(
     packages: tuple[str, ...],
     files: dict[str, Path],
 ) -> str:
-    """``cpu_image`` plus ``packages`` (from this machine's wheelhouse) and ``files`` at /app/."""
-    pins = " ".join(_pins(packages))
+    """``cpu_image`` plus ``packages`` (from this machine's wheelhouse; none: no install step)
+    and ``files`` at /app/."""
+    install = INSTALL.format(packages=" ".join(_pins(packages))) if packages else ""
     containerfile = CONTAINERFILE.format(
         base=cpu_image,
-        packages=pins,
+        install=install,
         copies="".join(f"COPY {name} /app/{name}\n" for name in files),
     )
     base_id = podman.run("image", "inspect", "--format", "{{.Id}}", cpu_image).stdout.strip()
@@ -111,9 +113,9 @@ def _layered_image(
     (context / "Containerfile").write_text(containerfile)
     for file_name, path in files.items():
         (context / file_name).write_text(path.read_text())
+    wheels = ("--volume", f"{wheelhouse(packages)}:/wheels:ro") if packages else ()
     podman.run(
-        "build", "--pull=never", "--network=none",
-        "--volume", f"{wheelhouse(packages)}:/wheels:ro",
+        "build", "--pull=never", "--network=none", *wheels,
         "--label", f"{INPUTS_LABEL}={digest}", "-t", name, str(context),
         timeout=900,
     )  # fmt: skip

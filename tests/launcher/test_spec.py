@@ -345,7 +345,7 @@ MPI_PROGRAM = {"command": ["python", "/app/train.py"], "image": "my/mpi:1"}
     ("kwargs", "field", "fix"),
     [
         # Our default image has no Ray, no OpenMPI and no sshd.
-        ({"api": "rayjob"}, "image", "--build-arg EXTRAS=ray"),
+        ({"api": "rayjob"}, "image", f"{DEFAULT_IMAGE}-ray, or make image-local-ray"),
         ({"runtime_name": "kfp-ddp-mpi"}, "image", f"{DEFAULT_IMAGE}-mpi"),
         (
             {"runtime_name": "deepspeed-distributed", **MPI_PROGRAM, "image": DEFAULT_IMAGE},

@@ -77,3 +77,33 @@ def test_the_ray_extra_is_only_in_the_image_that_asks_for_it():
     unknown = listed("--extras", "spark")
     assert unknown.returncode != 0 and "EXTRAS='spark'" in unknown.stderr
     assert 'ARG EXTRAS=""' in (REPO / "Dockerfile").read_text()
+
+
+def test_the_extras_have_a_layer_of_their_own_between_the_dependencies_and_the_sources():
+    """An image with an extra (EXTRAS=ray: the -ray variant) reuses the plain image's dependency
+    layer from the build cache: the final stage lists the extras' dependencies apart
+    (``--only-extras``), installs them after the project's, skips pip without extras, and reads
+    EXTRAS after its last RUN only (an ARG joins the cache key of every later RUN)."""
+    import subprocess
+    import sys
+
+    def only(extras: str) -> list[str]:
+        return subprocess.run(
+            [sys.executable, "image/dependencies.py", "pyproject.toml", "--only-extras", extras],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.splitlines()
+
+    assert only("ray") == ["ray[default,train]>=2.50"]
+    assert only("") == []
+    text = (REPO / "Dockerfile").read_text()
+    final = text[text.rindex("\nFROM ") :]
+    dependencies = final.index("-r /tmp/deps/requirements.txt")
+    extras = final.index("-r /tmp/deps/requirements-extras.txt")
+    assert dependencies < extras < final.index("COPY kfp_ddp ./kfp_ddp")
+    assert "if [ -s /tmp/deps/requirements-extras.txt ]" in final  # no pip without extras
+    assert final.index("ARG EXTRAS") > final.rindex("RUN ")
+    assert '--only-extras "${EXTRAS}" > /src/requirements-extras.txt' in text
