@@ -145,8 +145,8 @@ def controller_env(api: str, ml_policy: str | None) -> ControllerEnv | None:
         return ControllerEnv("the Trainer controller", names, prefix="PET_")
     if api == "tfjob":
         return ControllerEnv("the Training Operator", ("TF_CONFIG",))
-    if api == "xgboostjob":
-        return ControllerEnv("the Training Operator", OPERATOR_XGBOOST_ENV)
+    if api == "xgboostjob":  # DMLC_*: the pod's command sets them from the operator's
+        return ControllerEnv("the Training Operator", OPERATOR_XGBOOST_ENV + TRAINER_XGBOOST_ENV)
     if api == "rayjob":
         return ControllerEnv("the KubeRay operator", KUBERAY_ENV)
     if api == "mpijob":

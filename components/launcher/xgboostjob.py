@@ -8,7 +8,9 @@ The mapping:
   (``training_operator``), the container named ``xgboost`` with the port ``xgboostjob-port``
   (9999) that the operator reads: it gives every replica MASTER_ADDR (``<job>-master-0``),
   MASTER_PORT (that port: the master runs XGBoost's tracker on it), WORLD_SIZE, RANK (master 0,
-  worker i: i + 1) and WORKER_ADDRS/WORKER_PORT;
+  worker i: i + 1) and WORKER_ADDRS/WORKER_PORT; the program starts under ``sh -c`` that sets
+  XGBoost's ``DMLC_*`` contract (Kubeflow Trainer's XGBoost runtime's) from them
+  (``DMLC_FROM_OPERATOR``), so one program runs on both APIs;
 - the user's ``image``, ``command`` and ``args`` (``TrainSpec`` refuses an XGBoostJob without
   them: our PyTorch trainer is no XGBoost program), env, GPUs, CPU/memory, volumes, node
   selector, tolerations, service account, pull secrets, the Istio opt-out, the run labels;
@@ -38,6 +40,19 @@ PORT_NAME = "xgboostjob-port"
 PORT = 9999
 """The operator's default: the master's tracker port (MASTER_PORT) and the workers' port."""
 REPLICA_TYPES = ("Master", "Worker")
+DMLC_FROM_OPERATOR = (
+    'export DMLC_TRACKER_URI="$MASTER_ADDR" DMLC_TRACKER_PORT="$MASTER_PORT" '
+    'DMLC_TASK_ID="$RANK" DMLC_NUM_WORKER="$WORLD_SIZE"; exec "$@"'
+)
+"""The shell line before the program: XGBoost's DMLC_* variables, as Kubeflow Trainer's XGBoost
+runtime gives them, from the operator's (which it appends after the pod's own env, so ``$(VAR)``
+in the env cannot refer to them). ``exec`` leaves the program the container's process: its
+exit code and signals are its own."""
+
+
+def dmlc_command(command: list[str]) -> list[str]:
+    """``command`` run with the DMLC_* contract set from the operator's variables (``sh``)."""
+    return ["sh", "-c", DMLC_FROM_OPERATOR, "sh", *command]
 
 
 def replica_counts(spec: TrainSpec) -> dict[str, int]:
@@ -51,14 +66,18 @@ def replica_counts(spec: TrainSpec) -> dict[str, int]:
 def build_xgboostjob_model(spec: TrainSpec) -> ktm.KubeflowOrgV1XGBoostJob:
     """The job as kubeflow-training's ``KubeflowOrgV1XGBoostJob`` (what TrainingClient takes)."""
     port = k8s.V1ContainerPort(name=PORT_NAME, container_port=PORT, protocol="TCP")
+    specs = training_operator.replica_specs(
+        spec, replica_counts(spec), CONTAINER_NAME, ports=[port]
+    )
+    containers = {id(c): c for r in specs.values() for c in r.template.spec.containers}
+    for container in containers.values():  # the replicas may share one container object
+        container.command = dmlc_command(container.command)
     return ktm.KubeflowOrgV1XGBoostJob(
         api_version=API_VERSION,
         kind=KIND,
         metadata=training_operator.job_metadata(spec),
         spec=ktm.KubeflowOrgV1XGBoostJobSpec(
-            xgb_replica_specs=training_operator.replica_specs(
-                spec, replica_counts(spec), CONTAINER_NAME, ports=[port]
-            ),
+            xgb_replica_specs=specs,
             run_policy=training_operator.run_policy(spec),
         ),
     )

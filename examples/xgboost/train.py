@@ -6,7 +6,8 @@ Every process runs this program; its place in the job comes from the environment
   pod's host), ``DMLC_TRACKER_PORT``, ``DMLC_TASK_ID`` (the rank) and ``DMLC_NUM_WORKER``.
 - Training Operator v1.9 (an XGBoostJob: a Master and Workers): ``MASTER_ADDR`` (master-0's
   host), ``MASTER_PORT`` (the tracker's port), ``RANK`` (the master 0, the workers 1..) and
-  ``WORLD_SIZE``.
+  ``WORLD_SIZE``. The launcher's XGBoostJob also sets the DMLC variables from them (its pods'
+  command), so this set is read only in an XGBoostJob made otherwise.
 
 The DMLC variables win when both sets are there; with neither it trains alone. Rank 0 runs
 XGBoost's tracker (bound to every interface, on the given port) and every rank, rank 0 too,

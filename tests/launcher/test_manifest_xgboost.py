@@ -21,7 +21,7 @@ from components.launcher import (
     build_xgboostjob,
 )
 from components.launcher.backends.contracts import node_contract, replica_names
-from components.launcher.xgboostjob import admission_errors
+from components.launcher.xgboostjob import DMLC_FROM_OPERATOR, admission_errors
 from tests.crds import require_crd, schema_errors
 from tests.launcher.test_manifest_pytorchjob import some_options
 
@@ -106,7 +106,12 @@ def test_without_a_command_the_xgboost_job_names_what_to_set():
 
 @pytest.mark.parametrize(
     ("make", "name"),
-    [(xgb_spec, "RANK"), (xgb_spec, "MASTER_ADDR"), (on_runtime, "DMLC_TASK_ID")],
+    [
+        (xgb_spec, "RANK"),
+        (xgb_spec, "MASTER_ADDR"),
+        (xgb_spec, "DMLC_TASK_ID"),  # the XGBoostJob's command sets it from RANK
+        (on_runtime, "DMLC_TASK_ID"),
+    ],
 )
 def test_the_controllers_own_variables_are_refused_in_env(make, name):
     with pytest.raises(SpecError, match=rf"TrainSpec.env=.*\['{name}'\] are set by the"):
@@ -152,7 +157,9 @@ def test_a_master_and_workers_run_the_users_program_with_the_operators_port():
     for rtype in ("Master", "Worker"):
         c = container(m, rtype)
         assert c["name"] == "xgboost" and c["image"] == PROGRAM["image"]
-        assert c["command"] == PROGRAM["command"] and c["args"] == ["--epochs", "5"]
+        # The program under sh, which sets the DMLC_* contract from the operator's variables.
+        assert c["command"] == ["sh", "-c", DMLC_FROM_OPERATOR, "sh", *PROGRAM["command"]]
+        assert c["args"] == ["--epochs", "5"]
         # The operator reads MASTER_PORT (the tracker's) from this port of the xgboost container.
         assert {"name": "xgboostjob-port", "containerPort": 9999, "protocol": "TCP"} in c["ports"]
         assert replicas(m)[rtype]["restartPolicy"] == "Never"  # the operator's XGBoost default
@@ -246,6 +253,8 @@ def test_the_xgboostjob_contract_is_the_operators_on_loopback():
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == "7000"
         assert env["RANK"] == str(rank) and env["WORLD_SIZE"] == "3"
         assert env["WORKER_ADDRS"] == "127.0.0.1,127.0.0.1"
+        assert (env["DMLC_TRACKER_URI"], env["DMLC_TRACKER_PORT"]) == ("127.0.0.1", "7000")
+        assert (env["DMLC_TASK_ID"], env["DMLC_NUM_WORKER"]) == (str(rank), "3")
     alone = node_contract(xgb_spec(), 0, [7000], mpi_hostfile=HOSTFILE)
     assert "WORKER_ADDRS" not in alone and alone["WORLD_SIZE"] == "1"
 
@@ -266,3 +275,31 @@ def test_the_xgboost_runtime_contract_is_trainers_on_loopback():
     jax = TrainSpec.flat(api="trainjob", name="j", runtime_name="jax-distributed", **PROGRAM)
     with pytest.raises(ValueError, match="local backend runs torch, mpi and xgboost runtimes"):
         node_contract(jax, 0, [7200], mpi_hostfile=HOSTFILE)
+
+
+def test_the_xgboostjobs_sh_line_sets_the_dmlc_contract_from_the_operators_variables(tmp_path):
+    """The container's command as the kubelet runs it (argv: command, then args), with the
+    operator's env: the program sees Trainer's DMLC_* variables, and its exit code."""
+    import subprocess
+    import sys
+
+    (command,) = {
+        tuple(container(build_xgboostjob(xgb_spec(workers=3)), r)["command"])
+        for r in ("Master", "Worker")
+    }
+    program = [
+        sys.executable,
+        "-c",
+        "import os, sys; print(*(os.environ[k] for k in sys.argv[1:])); sys.exit(3)",
+    ]
+    names = ["DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER"]
+    argv = [*command[:4], *program, *names]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "MASTER_ADDR": "xgb-master-0",
+        "MASTER_PORT": "9999",
+        "RANK": "2",
+        "WORLD_SIZE": "3",
+    }
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert done.stdout.split() == ["xgb-master-0", "9999", "2", "3"] and done.returncode == 3

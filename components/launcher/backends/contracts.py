@@ -23,7 +23,8 @@ the replicas with these; ``dry_run`` shows them.
   (``tf_config``).
 - **xgboostjob**: ``master-0``, ``worker-0..``, with the Training Operator's MASTER_ADDR,
   MASTER_PORT (the master's ``xgboostjob-port``: XGBoost's tracker), WORLD_SIZE, RANK (master 0,
-  worker i: i + 1) and, with more than one replica, WORKER_ADDRS and WORKER_PORT (for LightGBM).
+  worker i: i + 1) and, with more than one replica, WORKER_ADDRS and WORKER_PORT (for LightGBM);
+  and the DMLC_* contract the pod's command sets from them.
 - **rayjob**: ``submitter`` (the Ray job's driver: the entrypoint, once the Ray cluster is up),
   ``head-0`` (a Ray head that trains nothing), ``worker-0..`` (Ray nodes of ``nproc_per_node``
   CPUs), each with ``RAY_ADDRESS`` (the head's GCS on loopback), as KubeRay gives its pods;
@@ -193,7 +194,8 @@ def _rendezvous_contract(spec: TrainSpec, port: int) -> dict[str, str]:
 
 
 def xgboostjob_contract(spec: TrainSpec, rank: int, ports: list[int]) -> dict[str, str]:
-    """The Training Operator's XGBoostJob env of replica ``rank`` (master-0 is rank 0)."""
+    """The Training Operator's XGBoostJob env of replica ``rank`` (master-0 is rank 0), with the
+    DMLC_* contract the pod's command sets from it."""
     contract = {
         "MASTER_ADDR": LOOPBACK,
         "MASTER_PORT": str(ports[0]),
@@ -207,4 +209,11 @@ def xgboostjob_contract(spec: TrainSpec, rank: int, ports: list[int]) -> dict[st
             "WORKER_ADDRS": ",".join([LOOPBACK] * (spec.workers - 1)),
             "WORKER_PORT": str(ports[1]),
         }
+    # What the pod's sh line (xgboostjob.DMLC_FROM_OPERATOR) sets from them.
+    contract |= {
+        "DMLC_TRACKER_URI": contract["MASTER_ADDR"],
+        "DMLC_TRACKER_PORT": contract["MASTER_PORT"],
+        "DMLC_TASK_ID": contract["RANK"],
+        "DMLC_NUM_WORKER": contract["WORLD_SIZE"],
+    }
     return contract
