@@ -58,17 +58,23 @@ class CheckpointDurability:
 
     def after_sigterm(self, step: int, mirror: CheckpointMirror | None) -> None:
         """The SIGTERM checkpoint complete before any rank exits, and in S3 if it can be within
-        the grace period (a warning if not: a restart elsewhere resumes from an older one)."""
+        the grace period (a warning if not: a restart elsewhere resumes from an older one).
+
+        With ``--checkpoint-uri`` every rank waits for rank 0's upload before it exits: where
+        the first rank to exit ends the others (Ray Train tears its worker group down at once),
+        rank 0's upload would end with them."""
         self.settle()
-        if mirror is None:
-            return
-        error = mirror.wait_durable(step, self.step_folder(step), self.upload_timeout_s)
+        error = None
+        if mirror is not None:
+            error = mirror.wait_durable(step, self.step_folder(step), self.upload_timeout_s)
         if error is not None:
             self.log.line(
                 f"WARNING: the SIGTERM checkpoint step-{step} is only on this node's disk "
                 f"({error}); a restart elsewhere resumes from the newest checkpoint in "
                 f"{self.checkpoint_uri}"
             )
+        if self.checkpoint_uri:
+            agree([error is not None], self.group)  # rank 0's upload is over
 
     def make_durable(self, step: int, mirror: CheckpointMirror | None) -> None:
         """With --checkpoint-uri, the run's last checkpoint must be complete in S3 before it

@@ -10,12 +10,20 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from components.launcher import run_job
+from components.launcher import JobFailed, job_api, run_job
 from components.launcher.backends.kubernetes import granted_permissions
 from components.launcher.rayjob import JOB_LABEL
 from tests.containers.example_images import ray_image
-from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, options, refused
-from tests.launcher.test_real_node_jobs import _summary, dataset, s3_secret, trainer_spec
+from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, jobs, options, refused
+from tests.launcher.test_real_node_jobs import (
+    _checkpoints,
+    _in_background,
+    _summary,
+    _wait_for,
+    dataset,
+    s3_secret,
+    trainer_spec,
+)
 
 pytestmark = [pytest.mark.node, pytest.mark.slow]
 __all__ = ["dataset"]  # the fixture, shared with the other real-node jobs
@@ -72,3 +80,45 @@ def test_our_trainer_trains_under_ray_train_on_two_worker_pods(
     assert any(k.startswith("run/checkpoints/step-") and k.endswith("/COMPLETE") for k in keys)
     assert refused(node_k8s) <= OPTIONAL_READS, refused(node_k8s)
     assert calls(node_k8s) - OPTIONAL_READS <= granted_permissions()
+
+
+def test_a_deleted_ray_worker_pod_checkpoints_and_the_step_can_be_retried(
+    node_cluster, node_k8s, ray_image_pushed, dataset
+):
+    """A Ray worker pod deleted mid-training (preemption, a drained node): its SIGTERM never
+    reaches the trainer (PID 1 is ``ray start``), so its ``preStop`` hook creates the stop file;
+    every rank stops at the same step, rank 0 checkpoints to S3, the trainers exit 143 and so
+    does the Ray job: a failure the launcher does not record as permanent, so a retry of the
+    step resumes from that checkpoint."""
+    s3_secret(node_k8s, node_cluster.s3)
+    never = ["--checkpoint-every-steps", "100000"]  # a checkpoint in S3 can only be the stop's
+    job = trainer_spec(
+        node_k8s,
+        "rayjob",
+        node_cluster,
+        dataset,
+        image=ray_image_pushed,
+        memory_request="2Gi",
+        env={"OMP_NUM_THREADS": "1"},
+        extra=["--epochs", "300", "--stop-check-every-steps", "1", *never],
+        name="ray-stop",
+    )
+    lines: list[str] = []
+    future = _in_background(
+        run_job, job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=600)
+    )
+    _wait_for(lambda: future.done() or any("| loss " in x for x in lines), 300, "training")
+    assert not future.done(), "\n".join(lines)[-3000:]
+    core = client.CoreV1Api(node_k8s.admin())
+    (first, *_) = core.list_namespaced_pod(
+        node_k8s.name, label_selector=f"{JOB_LABEL}={job.name},ray.io/node-type=worker"
+    ).items
+    core.delete_namespaced_pod(first.metadata.name, node_k8s.name)
+    with pytest.raises(JobFailed) as err:
+        future.result(timeout=300)
+    log = "\n".join(lines)
+    assert "exit code 143" in str(err.value), f"{err.value}\n{log[-4000:]}"
+    (kept,) = [j for j in jobs(node_k8s, "rayjob") if j["metadata"]["name"] == job.name]
+    assert not job_api("rayjob").permanent_failure(kept)  # a retry runs it again
+    stopped = _checkpoints(node_cluster, dataset)
+    assert len(stopped) == 1, (stopped, log[-4000:])  # the stop's, mid-training
