@@ -37,19 +37,25 @@ def ray_image_pushed(podman, cpu_image, oci_registry, tmp_path_factory) -> str:
     )
 
 
-def test_our_trainer_trains_under_ray_train_on_two_worker_pods(
-    node_cluster, node_k8s, ray_image_pushed, dataset
-):
+def _ray_job(node_cluster, node_k8s, image: str, dataset: str, **kw):
+    """Our trainer as a RayJob of 2 worker pods on ``image``, reading the S3 keys' Secret."""
     s3_secret(node_k8s, node_cluster.s3)
-    job = trainer_spec(
+    return trainer_spec(
         node_k8s,
         "rayjob",
         node_cluster,
         dataset,
-        image=ray_image_pushed,
+        image=image,
         memory_request="2Gi",
         env={"OMP_NUM_THREADS": "1"},
+        **kw,
     )
+
+
+def test_our_trainer_trains_under_ray_train_on_two_worker_pods(
+    node_cluster, node_k8s, ray_image_pushed, dataset
+):
+    job = _ray_job(node_cluster, node_k8s, ray_image_pushed, dataset)
     lines: list[str] = []
     kept = options(node_k8s, lines, timeout_s=600, cleanup="never")  # its pods: read below
     result = run_job(job, backend="kubernetes", options=kept)
@@ -90,16 +96,12 @@ def test_a_deleted_ray_worker_pod_checkpoints_and_the_step_can_be_retried(
     every rank stops at the same step, rank 0 checkpoints to S3, the trainers exit 143 and so
     does the Ray job: a failure the launcher does not record as permanent, so a retry of the
     step resumes from that checkpoint."""
-    s3_secret(node_k8s, node_cluster.s3)
     never = ["--checkpoint-every-steps", "100000"]  # a checkpoint in S3 can only be the stop's
-    job = trainer_spec(
-        node_k8s,
-        "rayjob",
+    job = _ray_job(
         node_cluster,
+        node_k8s,
+        ray_image_pushed,
         dataset,
-        image=ray_image_pushed,
-        memory_request="2Gi",
-        env={"OMP_NUM_THREADS": "1"},
         extra=["--epochs", "300", "--stop-check-every-steps", "1", *never],
         name="ray-stop",
     )
