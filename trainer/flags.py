@@ -1,59 +1,61 @@
 """The trainer's flags: one per ``TrainConfig`` field, written from the dataclass (its types,
-choices, defaults and attribute docstrings), and their check without running anything."""
+choices, defaults and attribute docstrings) by the package's one CLI-from-dataclass
+(``kfp_ddp.dataclass_cli``, on click, as the launcher's), and their check without running
+anything."""
 
 from __future__ import annotations
 
-import argparse
-import typing
+import sys
 from pathlib import Path
 from typing import Any
 
-from trainer.config import (
-    CHOICES,
-    REQUIRED,
-    TrainConfig,
-    config_from,
-    field_defaults,
-    field_docs,
-    flag,
-)
+import click
+
+from kfp_ddp.dataclass_cli import dataclass_options, given_values, values_to_fields
+from trainer.config import CHOICES, TrainConfig, config_from
 from trainer.errors import ConfigError
 
+PROG = "python -m trainer.train"
 
-def build_arg_parser() -> argparse.ArgumentParser:
-    """Flags for every :class:`TrainConfig` field (unset flags stay out of the namespace)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m trainer.train",
-        description="Data-parallel image classification with exact resume from step checkpoints.",
-        argument_default=argparse.SUPPRESS,
+
+def trainer_command() -> click.Command:
+    """The trainer's command: ``--config`` and a flag per :class:`TrainConfig` field; it returns
+    the values the command line set (a ``--config`` file fills the others)."""
+
+    @click.command(
+        name=PROG,
+        context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     )
-    parser.add_argument(
+    @click.option(
         "--config",
-        type=Path,
+        type=click.Path(path_type=Path),
         help="YAML or JSON file of settings; flags override its values (default: none)",
     )
-    docs = field_docs()
-    defaults = field_defaults()
-    for name, annotation in typing.get_type_hints(TrainConfig).items():
-        kind = next((a for a in typing.get_args(annotation) if a is not type(None)), annotation)
-        options: dict[str, Any] = {"help": _help(docs.get(name, ""), defaults[name])}
-        if kind is bool:
-            options["action"] = argparse.BooleanOptionalAction
-        else:
-            options["type"] = kind
-            options["metavar"] = name.upper()
-            if name in CHOICES:
-                options["choices"] = CHOICES[name]
-                options.pop("metavar")
-        parser.add_argument(flag(name), dest=name, **options)
-    return parser
+    @dataclass_options(TrainConfig, choices=CHOICES)
+    @click.pass_context
+    def command(ctx: click.Context, **_params: Any) -> dict[str, Any]:
+        """Data-parallel image classification with exact resume from step checkpoints."""
+        given = given_values(ctx)
+        return values_to_fields(TrainConfig, given) | (
+            {"config": given["config"]} if "config" in given else {}
+        )
+
+    return command
 
 
-class _Refusing(argparse.ArgumentParser):
-    """The trainer's parser, raising ConfigError instead of printing usage and exiting."""
-
-    def error(self, message: str) -> typing.NoReturn:
-        raise ConfigError(f"trainer flags: {message}")
+def parse_flags(argv: list[str] | None) -> dict[str, Any]:
+    """The settings ``argv`` gives (``config``: the file's path), as keyword arguments of
+    :class:`TrainConfig` (``argv``: the process's arguments when None). Malformed flags print the
+    usage and why, and exit 2; ``--help`` prints the help and exits 0."""
+    command = trainer_command()
+    try:
+        with command.make_context(PROG, sys.argv[1:] if argv is None else list(argv)) as ctx:
+            return command.invoke(ctx)
+    except click.exceptions.Exit as done:  # --help
+        raise SystemExit(done.exit_code) from None
+    except click.ClickException as error:
+        error.show()
+        raise SystemExit(error.exit_code) from None
 
 
 def check_flags(argv: list[str]) -> TrainConfig:
@@ -62,23 +64,16 @@ def check_flags(argv: list[str]) -> TrainConfig:
     What a launcher checks before it submits a job: every value, choice and combination, but not
     the folders (``--data-dir`` and the outputs exist only where the job runs).
     """
-    parser = build_arg_parser()
-    parser.__class__ = _Refusing
-    values = vars(parser.parse_args(argv))
+    command = trainer_command()
+    try:
+        with command.make_context(PROG, list(argv)) as ctx:
+            values = command.invoke(ctx)
+    except click.exceptions.Exit:
+        raise ConfigError("trainer flags: --help prints help and trains nothing") from None
+    except click.ClickException as error:
+        raise ConfigError(f"trainer flags: {error.format_message()}") from None
     if "config" in values:
         raise ConfigError("trainer flags: --config needs the file where the job runs; pass flags")
     values.pop("data_dir", None)
     values |= {"synthetic": True, "output_dir": Path(".")}
     return config_from({}, values)
-
-
-def _help(doc: str, default: Any) -> str:
-    """The field's doc with its default, unless the doc already says what it is."""
-    text = doc.replace("%", "%%")  # argparse formats help strings with %
-    if "(default:" in doc or "default: " in doc:
-        return text
-    if default is REQUIRED:
-        return f"{text} (required)"
-    if isinstance(default, bool):
-        default = "on" if default else "off"
-    return f"{text} (default: {'none' if default is None else default})"

@@ -63,7 +63,7 @@ from typing import Any
 from kfp_ddp.console import whole_lines
 from trainer import stop_file
 from trainer.errors import EXIT_CONFIG, EXIT_PEER_LOST
-from trainer.flags import build_arg_parser
+from trainer.flags import parse_flags
 from trainer.torchrun import worker_exit_code
 
 PREFIX = "[ray_train]"
@@ -275,10 +275,10 @@ def _say(message: str) -> None:
 
 
 def _parse_trainer_flags(flags: list[str]) -> int | None:
-    """None when the trainer's flags parse, else argparse's status (2: it printed why, 0: it
-    printed ``--help``): a typo fails here, before any Ray worker starts."""
+    """None when the trainer's flags parse, else the exit status of its parser (2: it printed
+    why, 0: it printed ``--help``): a typo fails here, before any Ray worker starts."""
     try:
-        build_arg_parser().parse_args(flags)
+        parse_flags(flags)
     except SystemExit as exit_:
         return _exit_status(exit_.code)
     return None

@@ -32,13 +32,13 @@ from trainer.errors import (
     ConfigError,
     TrainerError,
 )
-from trainer.flags import build_arg_parser
+from trainer.flags import parse_flags
 from trainer.loop import Trainer
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags (and ``--config``), then train; returns the process exit code."""
-    args = vars(build_arg_parser().parse_args(argv))  # exits 2 on malformed flags
+    args = parse_flags(argv)  # exits 2 on malformed flags
     try:
         file_values = load_config_file(args.pop("config")) if "config" in args else {}
         config = config_from(file_values, args)

@@ -26,10 +26,10 @@ from components.launcher.api_options import (
     TFJobOptions,
     TrainJobOptions,
 )
-from components.launcher.cli_flags import _pairs, dataclass_options, flag_of, values_to_fields
 from components.launcher.options import KubernetesOptions, LocalOptions
 from components.launcher.result import JobCancelled, JobFailed, PreflightError
 from components.launcher.spec import CHOICES, SpecError, TrainSpec
+from kfp_ddp.dataclass_cli import dataclass_options, flag_of, pairs, values_to_fields
 
 FLAG_SOURCES: tuple[tuple[type, tuple[str, ...]], ...] = (
     (TrainSpec, ("args", "api_options")),
@@ -143,7 +143,7 @@ def run(
     spec = build_spec(params)
     options: LocalOptions | KubernetesOptions
     if backend == "local":
-        options = LocalOptions(timeout_s=timeout_s, path_map=_pairs("--path-map", path_map))
+        options = LocalOptions(timeout_s=timeout_s, path_map=pairs("--path-map", path_map))
     else:
         options = KubernetesOptions(timeout_s=timeout_s, cleanup=cleanup)
     if dry_run:

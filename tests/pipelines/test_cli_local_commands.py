@@ -202,7 +202,7 @@ def test_render_refuses_bad_values_clearly() -> None:
         (["-p", "publish_uri=s3://bucket/datasets/cats/models"], "lies inside data_uri"),
         (["-p", 'trainer_args=["--epochs", "99"]'], "--epochs is the pipeline parameter epochs"),
         (["-p", 'trainer_args=["--data-dir=/x"]'], "--data-dir is set by the pipeline"),
-        (["-p", 'trainer_args=["--bogus"]'], "unrecognized arguments: --bogus"),
+        (["-p", 'trainer_args=["--bogus"]'], "No such option '--bogus'"),
         (
             ["-p", "api=trainjob", "-p", 'overrides_json={"scheduler_name": "volcano"}'],
             "podGroupPolicy",

@@ -6,13 +6,14 @@ import dataclasses
 import json
 from pathlib import Path
 
+import click
 import pytest
 
 from tests.image_data import write_image_folder
 from tests.trainer.trainer_launch import TINY
 from trainer.config import TrainConfig, config_from, load_config_file
 from trainer.errors import ConfigError
-from trainer.flags import build_arg_parser
+from trainer.flags import parse_flags, trainer_command
 from trainer.train import main, run_training
 
 
@@ -58,8 +59,8 @@ def test_yaml_and_json_files_with_cli_overrides(tmp_path, data):
         f"data-dir: {data}\noutput_dir: {tmp_path / 'out'}\nepochs: 7\nbatch_size: 16\n"
         "precision: bf16\nchannels_last: true\ngrad_clip_norm: 1\n"
     )
-    parser = build_arg_parser()
-    cli = vars(parser.parse_args(["--batch-size", "32", "--no-channels-last"]))
+    cli = parse_flags(["--batch-size", "32", "--no-channels-last"])
+    assert cli == {"batch_size": 32, "channels_last": False}  # only what the command line set
     config = config_from(load_config_file(yaml_file), cli)
     assert (config.epochs, config.batch_size, config.precision) == (7, 32, "bf16")
     assert config.channels_last is False and config.grad_clip_norm == 1.0
@@ -142,21 +143,21 @@ def test_help_shows_every_flags_default(capsys):
         main(["--help"])
     assert exit_info.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "--batch-size BATCH_SIZE Images per step per process" in text
-    assert "(default: 64)" in text and "(default: auto)" in text
-    assert "--output-dir OUTPUT_DIR Where model/" in text and "(required)" in text
-    parser = build_arg_parser()
+    assert "--batch-size INTEGER Images per step per process" in text
+    assert "[default: 64]" in text and "[default: auto]" in text
+    assert "--output-dir PATH Where model/" in text and "(required)" in text
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    for action in parser._actions:
-        if action.dest in fields:
-            assert "default" in action.help or "(required)" in action.help, action.dest
+    for option in trainer_command().params:
+        if option.name in fields:
+            help_text = option.get_help_record(click.Context(trainer_command()))[1]
+            assert "default" in help_text or "(required)" in help_text, option.name
 
 
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--batch-size", "zero"], ["--batch-size", "invalid int value"]),
-        (["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
+        (["--batch-size", "zero"], ["--batch-size", "'zero' is not a valid integer"]),
+        (["--no-such-flag"], ["No such option '--no-such-flag'"]),
         (["--grad-compression", "int8"], ["--grad-compression", "'int8'"]),
     ],
 )

@@ -1,12 +1,19 @@
 """Click options derived from a dataclass's fields: the dataclass is the one list of parameters.
 
-Each field becomes ``--field-name`` (or the ``flag`` in its metadata; an ``old_flag`` there
-still works, with a warning) with its attribute docstring
-as help and its default shown: ``bool`` → ``--x/--no-x``; ``int``/``float``/``str`` (optional or
-not) → a typed option, with the allowed values when the field has ``choices``; ``list[...]`` →
-a repeatable option; ``dict[str, str]`` → a repeatable ``KEY=VALUE`` option, added to the field's
-default; ``list[str] | None`` named ``command`` or ``mpi_worker_command`` → a JSON list.
-``values_to_fields`` turns click's parameters back into keyword arguments for the dataclass.
+The one CLI-from-dataclass of the package: the trainer's flags (``TrainConfig``,
+``trainer/flags.py``) and the launcher's (``TrainSpec`` and the API options,
+``components/launcher/__main__.py``) are both built here.
+
+Each field becomes ``--field-name`` (or the ``flag`` in its metadata; an ``old_flag`` there still
+works, with a warning) with its attribute docstring as help and its default shown: ``bool`` →
+``--x/--no-x``; ``int``/``float``/``str``/``Path`` (optional or not) → a typed option, with the
+allowed values when the field has ``choices``; ``list[...]`` → a repeatable option;
+``dict[str, str]`` → a repeatable ``KEY=VALUE`` option, added to the field's default;
+``list[str] | None`` named ``command`` or ``mpi_worker_command`` → a JSON list. A field with no
+default says "(required)" in its help; a doc that states its own default keeps it.
+
+``values_to_fields`` turns click's parameters back into keyword arguments for the dataclass;
+``given_values`` keeps only those set on the command line (a config file fills the rest).
 """
 
 from __future__ import annotations
@@ -16,9 +23,11 @@ import json
 import types
 import typing
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from kfp_ddp.field_docs import field_docs
 
@@ -40,6 +49,14 @@ def _kind(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _help(f: dataclasses.Field, doc: str) -> str:
+    return f"{doc} (required)" if _required(f) else doc
+
+
 def _default(f: dataclasses.Field) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
@@ -54,10 +71,12 @@ def option_for(f: dataclasses.Field, hint: Any, doc: str, choices: tuple[str, ..
     origin = typing.get_origin(kind) or kind
     default = _default(f)
     name = flag_of(f)
+    shows_own = "default:" in doc or "(default" in doc  # the doc says it (e.g. "(default: none)")
+    doc = _help(f, doc)
     if kind is bool:
         negative = "--no-" + name[2:]
         return click.option(
-            f"{name}/{negative}", f.name, default=default, show_default=True, help=doc
+            f"{name}/{negative}", f.name, default=default, show_default=not shows_own, help=doc
         )
     if f.name in JSON_LIST_FIELDS:
         return click.option(name, f.name, default=None, metavar="JSON", help=doc)
@@ -66,7 +85,9 @@ def option_for(f: dataclasses.Field, hint: Any, doc: str, choices: tuple[str, ..
     if origin is list:
         return click.option(name, f.name, multiple=True, help=doc)
     option_type = _click_type(kind, choices)
-    show = default is not None and default != ""
+    show: bool | str = not shows_own
+    if show and default in (None, ""):
+        show = "none" if default is None else "''"
     return click.option(
         name, f.name, type=option_type, default=default, show_default=show, help=doc
     )
@@ -74,7 +95,9 @@ def option_for(f: dataclasses.Field, hint: Any, doc: str, choices: tuple[str, ..
 
 def _click_type(kind: Any, choices: tuple[str, ...] | None) -> Any:
     """The click type of a scalar field's values."""
-    return click.Choice(choices) if choices else {int: int, float: float}.get(kind, str)
+    if choices:
+        return click.Choice(choices)
+    return {int: int, float: float, Path: click.Path(path_type=Path)}.get(kind, str)
 
 
 def dataclass_options(
@@ -106,7 +129,16 @@ def dataclass_options(
     return decorate
 
 
-def _pairs(flag: str, values: Iterable[str]) -> dict[str, str]:
+def given_values(ctx: click.Context) -> dict[str, Any]:
+    """The parameters of ``ctx`` that the command line set (not their defaults)."""
+    return {
+        name: value
+        for name, value in ctx.params.items()
+        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    }
+
+
+def pairs(flag: str, values: Iterable[str]) -> dict[str, str]:
     out = {}
     for value in values:
         key, sep, rest = value.partition("=")
@@ -137,7 +169,7 @@ def values_to_fields(cls: type, params: dict[str, Any]) -> dict[str, Any]:
             except ValueError as exc:
                 raise click.BadParameter(f"not JSON: {exc}", param_hint=flag_of(f)) from exc
         elif origin is dict:
-            value = dict(_default(f) or {}) | _pairs(flag_of(f), value)
+            value = dict(_default(f) or {}) | pairs(flag_of(f), value)
         elif origin is list:
             value = list(value)
         out[f.name] = value
