@@ -18,30 +18,28 @@ from typing import Any
 import click
 import yaml
 
-from components.launcher.api_options import (
-    MPIJobOptions,
-    OperatorOptions,
-    PyTorchJobOptions,
-    RayJobOptions,
-    TFJobOptions,
-    TrainJobOptions,
-)
+from components.launcher.api_options import OPTIONS_OF_API
 from components.launcher.options import KubernetesOptions, LocalOptions
 from components.launcher.result import JobCancelled, JobFailed, PreflightError
 from components.launcher.spec import CHOICES, SpecError, TrainSpec
 from kfp_ddp.dataclass_cli import dataclass_options, flag_of, pairs, values_to_fields
 
-FLAG_SOURCES: tuple[tuple[type, tuple[str, ...]], ...] = (
-    (TrainSpec, ("args", "api_options")),
-    (TrainJobOptions, ()),
-    (PyTorchJobOptions, ()),
-    (TFJobOptions, tuple(f.name for f in dataclasses.fields(PyTorchJobOptions))),
-    (MPIJobOptions, tuple(f.name for f in dataclasses.fields(OperatorOptions))),
-    (RayJobOptions, ("backoff_limit", "ttl_seconds_after_finished")),
-)
-"""The classes whose fields are the flags (each setting once: a TFJob and an MPIJob share the
-Training Operator's with a PyTorchJob, and a RayJob its retries and TTL; an XGBoostJob has none
-of its own), and the fields of each that are not flags."""
+
+def _flag_sources() -> tuple[tuple[type, tuple[str, ...]], ...]:
+    """The classes whose fields are the flags, and the fields of each that are not: the spec's
+    own fields, then every API's options (``OPTIONS_OF_API``), each setting once (a TFJob and an
+    MPIJob share the Training Operator's with a PyTorchJob, a RayJob its retries and TTL), so an
+    API's new option is a flag with nothing else to declare."""
+    seen = {"args", "api_options"}
+    sources = []
+    for cls in (TrainSpec, *OPTIONS_OF_API.values()):
+        names = [f.name for f in dataclasses.fields(cls)]
+        sources.append((cls, tuple(name for name in names if name in seen)))
+        seen.update(names)
+    return tuple(sources)
+
+
+FLAG_SOURCES = _flag_sources()
 SPEC_FLAGS = {
     f.name: flag_of(f)
     for cls, skip in FLAG_SOURCES
