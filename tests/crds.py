@@ -62,7 +62,7 @@ def crd_validator(kind: str):
     path = CRDS[kind]
     if not path.is_file():
         return None
-    crd = yaml.safe_load(path.read_text())
+    crd = yaml.load(path.read_text(), Loader=yaml.CSafeLoader)  # libyaml: megabytes of schema
     versions = crd["spec"]["versions"]
     version = next((v for v in versions if v.get("storage")), versions[0])
     schema = _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
