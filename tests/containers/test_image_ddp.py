@@ -13,6 +13,7 @@ capabilities, writable only where the launcher mounts volumes.
 from __future__ import annotations
 
 import json
+import secrets
 import time
 
 import pytest
@@ -30,8 +31,14 @@ TRAIN = [
 ]  # fmt: skip
 
 
-def _start(*, podman, image, network, s3, bucket: str, node: int, run: str, tmp_path) -> str:
-    name = f"kfp-ddp-ddp-{run}-{node}-{tmp_path.name[-12:]}".lower().replace("_", "-")
+def _start(
+    *, podman, image, network, s3, bucket: str, node: int, run: str, tmp_path, names: list[str]
+) -> str:
+    """Start ``node`` of ``run``; its container's name goes into ``names`` before it starts (the
+    test removes them all, also when a later start fails). The name is unique to this session:
+    rootful podman's container names are the host's, and an interrupted session's may be left."""
+    name = f"kfp-ddp-ddp-{run}-{node}-{secrets.token_hex(4)}"
+    names.append(name)
     folders = []
     for path in (scratch.path for scratch in SCRATCH_DIRS):  # the pods' emptyDirs
         folder = tmp_path / f"{name}{path.replace('/', '-')}"
@@ -84,9 +91,9 @@ def test_two_containers_train_together_and_resume_from_s3_after_one_is_killed(
     podman, cpu_image, private_network, bridge_s3, tmp_path
 ):
     bucket = bridge_s3.create_bucket(f"ddp-{time.monotonic_ns() % 10**6}")
-    node = dict(podman=podman, image=cpu_image, network=private_network, s3=bridge_s3,
-                bucket=bucket, tmp_path=tmp_path)  # fmt: skip
     names: list[str] = []
+    node = dict(podman=podman, image=cpu_image, network=private_network, s3=bridge_s3,
+                bucket=bucket, tmp_path=tmp_path, names=names)  # fmt: skip
     started = time.monotonic()
 
     def phase(what: str) -> None:  # shown with the captured output when the test fails
@@ -94,7 +101,6 @@ def test_two_containers_train_together_and_resume_from_s3_after_one_is_killed(
 
     try:
         first = [_start(**node, node=n, run="a") for n in (0, 1)]
-        names += first
         deadline = time.monotonic() + 240
         while not _complete_checkpoints(bridge_s3, bucket):
             running = podman.run("ps", "-q", "--filter", f"name={first[1]}").stdout.strip()
@@ -110,7 +116,6 @@ def test_two_containers_train_together_and_resume_from_s3_after_one_is_killed(
         assert killed_at and not _keys(bridge_s3, bucket, "run/output/")
 
         second = [_start(**node, node=n, run="b") for n in (0, 1)]
-        names += second
         codes = [_wait(podman, name, 300) for name in second]
         phase(f"the second pair exited {codes}")
         assert codes == [0, 0], _logs(podman, second[0])[-4000:] + _logs(podman, second[1])[-2000:]
