@@ -43,14 +43,19 @@ def trainer_command() -> click.Command:
     return command
 
 
+def _flag_values(argv: list[str]) -> dict[str, Any]:
+    """What the trainer's command returns for ``argv``; click's exceptions as they come."""
+    command = trainer_command()
+    with command.make_context(PROG, list(argv)) as ctx:
+        return command.invoke(ctx)
+
+
 def parse_flags(argv: list[str] | None) -> dict[str, Any]:
     """The settings ``argv`` gives (``config``: the file's path), as keyword arguments of
     :class:`TrainConfig` (``argv``: the process's arguments when None). Malformed flags print the
     usage and why, and exit 2; ``--help`` prints the help and exits 0."""
-    command = trainer_command()
     try:
-        with command.make_context(PROG, sys.argv[1:] if argv is None else list(argv)) as ctx:
-            return command.invoke(ctx)
+        return _flag_values(sys.argv[1:] if argv is None else argv)
     except click.exceptions.Exit as done:  # --help
         raise SystemExit(done.exit_code) from None
     except click.ClickException as error:
@@ -64,10 +69,8 @@ def check_flags(argv: list[str]) -> TrainConfig:
     What a launcher checks before it submits a job: every value, choice and combination, but not
     the folders (``--data-dir`` and the outputs exist only where the job runs).
     """
-    command = trainer_command()
     try:
-        with command.make_context(PROG, list(argv)) as ctx:
-            values = command.invoke(ctx)
+        values = _flag_values(argv)
     except click.exceptions.Exit:
         raise ConfigError("trainer flags: --help prints help and trains nothing") from None
     except click.ClickException as error:
