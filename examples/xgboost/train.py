@@ -213,13 +213,17 @@ def split(x: np.ndarray, y: np.ndarray, place: Place, seed: int, source: str) ->
     return Split(x_train[shard], y_train[shard], x_test, y_test, max(int(y.max()) + 1, 2))
 
 
-def wait_for_host(host: str, timeout_s: float) -> None:
-    """Wait until ``host`` resolves: a pod's DNS name appears only once the pod is up."""
+def tracker_address(host: str, timeout_s: float) -> str:
+    """``host``'s IPv4 address, once it resolves: a pod's DNS name appears only once the pod is up.
+
+    Resolved once, here, with retries: XGBoost would look the name up again when each rank
+    finalizes, where a DNS answer that comes late (a busy cluster DNS) fails a finished run. The
+    tracker listens on IPv4 (0.0.0.0), so an IPv4 address is what every rank needs.
+    """
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            socket.getaddrinfo(host, None)
-            return
+            return str(socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0])
         except socket.gaierror as exc:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the tracker's host {host!r} did not resolve: {exc}") from exc
@@ -241,9 +245,8 @@ def joined(place: Place) -> Iterator[None]:
         )
         tracker.start()
         log(place, f"tracker listening on 0.0.0.0:{place.tracker_port}")
-    wait_for_host(place.tracker_host, TRACKER_WAIT_S)
     join_args = {
-        "dmlc_tracker_uri": place.tracker_host,
+        "dmlc_tracker_uri": tracker_address(place.tracker_host, TRACKER_WAIT_S),
         "dmlc_tracker_port": place.tracker_port,
         # The tracker sorts the task ids as strings: zero-padded, rank 10 comes after rank 9.
         "dmlc_task_id": f"{place.rank:06d}",
