@@ -8,7 +8,9 @@ out as source here, once, and imported like any other module:
 - ``components/kfp/generated_training_job.py``: the training component's function, from
   ``components.launcher.step.TrainingStepInputs`` (``components.kfp.launcher``);
 - ``pipelines/generated_check_step.py``: the pipeline's first step, from
-  ``pipelines.parameters.PARAMETERS`` (``pipelines.steps``).
+  ``pipelines.parameters.PARAMETERS`` (``pipelines.steps``);
+- ``trainer/model_names.py``: the names ``--model`` takes, from torchvision's model registry
+  (``trainer.models``), for the checks that run without torchvision.
 
 ``--check`` writes nothing and exits 1 naming each file that differs from its declaration.
 """
@@ -23,11 +25,13 @@ from pathlib import Path
 from components.kfp.launcher import training_job_source
 from kfp_ddp.atomic_files import write_text_atomic
 from pipelines.steps import check_step_source
+from trainer.models import model_names_source
 
 REPO = Path(__file__).resolve().parents[1]
 GENERATED: dict[str, Callable[[], str]] = {
     "components/kfp/generated_training_job.py": training_job_source,
     "pipelines/generated_check_step.py": check_step_source,
+    "trainer/model_names.py": model_names_source,
 }
 """Each generated module (from the repository's root) → what writes its text."""
 

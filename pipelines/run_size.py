@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from components.launcher.sizing import processes_per_node
 from pipelines.parameter_errors import ParameterError
-from trainer.data import steps_per_epoch
+from trainer.epoch_size import steps_per_epoch
 
 FASTEST_IMAGES_PER_SECOND = {"gpu": 5772.0, "cpu": 217.0}
 """Images per second per process, the fastest measured (README, Performance): one H100 with

@@ -19,6 +19,7 @@ import yaml
 from kfp_ddp import field_docs as docstrings
 from kfp_ddp.s3_uri import s3_uri_problem
 from trainer.errors import ConfigError
+from trainer.model_names import CLASSIFICATION_MODELS
 
 OPTIMIZERS = ("sgd", "adamw")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -335,14 +336,10 @@ def _check_progress_reports(cfg: TrainConfig) -> None:
 
 
 def _check_model_and_paths(cfg: TrainConfig) -> None:
-    # Here, not at the top: torchvision (~2 s) to check --model only; the pipeline's checks and
-    # the launcher read this module without it.
-    from trainer.models import classification_models
-
-    if cfg.model not in classification_models():
+    if cfg.model not in CLASSIFICATION_MODELS:  # torchvision's names, without torchvision
         raise ConfigError(
             f"--model {cfg.model!r} is not a torchvision classification model; allowed: "
-            + ", ".join(classification_models())
+            + ", ".join(CLASSIFICATION_MODELS)
         )
     if cfg.data_dir is not None and not cfg.data_dir.is_dir():
         raise ConfigError(

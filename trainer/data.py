@@ -10,7 +10,6 @@ Public helpers other parts import: :func:`list_images`, :func:`load_image`, :fun
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import cast
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from trainer.epoch_size import steps_per_epoch
 from trainer.errors import DataError
 from trainer.image_modes import to_rgb
 from trainer.listing import IMAGE_EXTENSIONS as IMAGE_EXTENSIONS
@@ -149,11 +149,6 @@ def shard_batches(
     sampler.set_epoch(epoch)
     order = list(sampler)
     return [order[i : i + batch_size] for i in range(0, len(order) - batch_size + 1, batch_size)]
-
-
-def steps_per_epoch(num_items: int, batch_size: int, world_size: int) -> int:
-    """Full per-rank batches in one epoch (identical on every rank)."""
-    return math.ceil(num_items / world_size) // batch_size
 
 
 class CachedImages:

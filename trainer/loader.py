@@ -33,9 +33,9 @@ from trainer.data import (
     augmented_tensor,
     load_image,
     shard_batches,
-    steps_per_epoch,
 )
 from trainer.distributed import available_cpus
+from trainer.epoch_size import steps_per_epoch
 from trainer.gpu_decode import (
     DecodedJpegs,
     GpuJpegDecoder,

@@ -20,6 +20,19 @@ def classification_models() -> tuple[str, ...]:
     return tuple(sorted(tv.models.list_models(module=tv.models)))
 
 
+def model_names_source() -> str:
+    """The text of ``trainer/model_names.py``: :func:`classification_models`, written out."""
+    names = "".join(f'    "{name}",\n' for name in classification_models())
+    return (
+        '"""Written by ``python -m pipelines.generate`` (``make generate``) from torchvision\'s '
+        "model\nregistry, ``trainer.models.classification_models()``: do not edit.\n\n"
+        "The names ``--model`` takes, without importing torchvision (seconds): the pipeline's "
+        "check\nstep and the trainer's config check read them here; the trainer builds the model "
+        "through\ntorchvision's registry itself, and a test keeps this list equal to it.\n"
+        '"""\n\nCLASSIFICATION_MODELS: tuple[str, ...] = (\n' + names + ")\n"
+    )
+
+
 def head_parameter_names(arch: str, num_classes: int) -> set[str]:
     """The names of the classifier head's parameters: those whose shape follows the number of
     classes (the model built twice on the meta device, with one class more; nothing allocated)."""

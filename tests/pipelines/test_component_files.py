@@ -266,14 +266,20 @@ def test_compile_components_leaves_other_files_alone(tmp_path: Path) -> None:
 
 def test_the_generated_kfp_functions_are_what_their_declarations_write(tmp_path):
     """``components/kfp/generated_training_job.py`` and ``pipelines/generated_check_step.py``
-    hold the source KFP embeds: a declaration changed without ``make components`` fails here,
-    and ``--check`` names the stale file."""
+    hold the source KFP embeds, ``trainer/model_names.py`` torchvision's model names: a
+    declaration (or torchvision) changed without ``make components`` fails here, and ``--check``
+    names the stale file."""
     from pipelines.generate import GENERATED, main, stale
 
     assert stale() == [], "run `make components`"
     assert main(["--check"]) == 0
-    # A copy whose one parameter is named otherwise than its declaration says is stale.
+    # A copy that says otherwise than its declaration is stale: a parameter named otherwise, a
+    # model name that torchvision does not have.
+    edits = {"trainer/model_names.py": ('"resnet18"', '"resnet19"')}
     for name, write in GENERATED.items():
+        old, new = edits.get(name, ("checkpoint_uri", "checkpoint_url"))
+        text = write()
+        assert old in text, name
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(write().replace("checkpoint_uri", "checkpoint_url", 1))
+        (tmp_path / name).write_text(text.replace(old, new, 1))
     assert set(stale(tmp_path)) == set(GENERATED)

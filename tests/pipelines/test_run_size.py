@@ -13,7 +13,7 @@ from pipelines.run_size import RunSize
 from pipelines.steps import list_dataset_step, stage_dataset_step
 from tests.image_data import write_image_folder
 from tests.pipelines.conftest import upload_folder
-from trainer.data import steps_per_epoch
+from trainer.epoch_size import steps_per_epoch
 
 SIZE = {"workers": 2, "gpus_per_worker": 0, "nproc_per_node": 0, "epochs": 1, "image_size": 16}
 
