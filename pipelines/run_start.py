@@ -110,12 +110,12 @@ def init_from_place_problem(value: Any) -> str | None:
 
 def checked_weights(init_from: str, model: str, arguments: Mapping[str, Any]) -> str:
     """``init_from`` checked against ``model`` and pinned ('' and ``imagenet`` as they are)."""
+    if not init_from:
+        return ""
     # torch and torchvision (~3 s) for the runs that start from weights only
     from trainer.init_weights import IMAGENET, StartingWeightsError, fetch, match
     from trainer.models import build_model
 
-    if not init_from:
-        return ""
     problem = init_from_place_problem(init_from)
     if problem:
         raise ParameterError("init_from", init_from, problem)
