@@ -20,17 +20,25 @@ def classification_models() -> tuple[str, ...]:
     return tuple(sorted(tv.models.list_models(module=tv.models)))
 
 
+MODEL_NAMES_TEMPLATE = '''\
+"""Written by ``python -m pipelines.generate`` (``make generate``) from torchvision's model
+registry, ``trainer.models.classification_models()``: do not edit.
+
+The names ``--model`` takes, without importing torchvision (seconds): the pipeline's check
+step and the trainer's config check read them here; the trainer builds the model through
+torchvision's registry itself, and a test keeps this list equal to it.
+"""
+
+CLASSIFICATION_MODELS: tuple[str, ...] = (
+{names})
+'''
+"""The text of ``trainer/model_names.py``, but for its names."""
+
+
 def model_names_source() -> str:
     """The text of ``trainer/model_names.py``: :func:`classification_models`, written out."""
     names = "".join(f'    "{name}",\n' for name in classification_models())
-    return (
-        '"""Written by ``python -m pipelines.generate`` (``make generate``) from torchvision\'s '
-        "model\nregistry, ``trainer.models.classification_models()``: do not edit.\n\n"
-        "The names ``--model`` takes, without importing torchvision (seconds): the pipeline's "
-        "check\nstep and the trainer's config check read them here; the trainer builds the model "
-        "through\ntorchvision's registry itself, and a test keeps this list equal to it.\n"
-        '"""\n\nCLASSIFICATION_MODELS: tuple[str, ...] = (\n' + names + ")\n"
-    )
+    return MODEL_NAMES_TEMPLATE.format(names=names)
 
 
 def head_parameter_names(arch: str, num_classes: int) -> set[str]:
