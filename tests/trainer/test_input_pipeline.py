@@ -200,6 +200,35 @@ def test_a_worker_batch_of_encoded_images_carries_the_cpu_windows(jpeg_folder):
     assert evaluation.window == NO_AUGMENTATION
 
 
+def test_the_gpu_paths_crop_stage_matches_the_cpu_path_on_cpu_tensors(jpeg_folder):
+    """GpuJpegDecoder.crop is plain tensor code: fed PIL's decode of the batch's JPEGs instead
+    of nvJPEG's, it gives the CPU path's pixels, windows and flips."""
+    from trainer.gpu_decode import DecodedJpegs, GpuJpegDecoder
+
+    def pil_decoded(payload: torch.Tensor) -> torch.Tensor:
+        with Image.open(io.BytesIO(payload.numpy().tobytes())) as image:
+            return torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1)
+
+    stage = GpuJpegDecoder(torch.device("cpu"), 40)
+    listing = scan_split(jpeg_folder / "train")
+    cpu = DecodedImages(listing, image_size=40, augment="crop-flip", seed=6)
+    encoded = EncodedImages(listing, image_size=40, augment="crop-flip", seed=6)
+    for epoch in (0, 1, None):
+        keys = [(i, epoch) for i in range(len(listing))]
+        batch = collate_encoded([encoded[key] for key in keys])
+        images = [pil_decoded(payload) for payload in batch.payloads()]
+        cropped = stage.crop(DecodedJpegs(images, batch.windows, batch.labels))
+        expected = torch.stack([cpu[key][0] for key in keys])
+        assert cropped.shape == expected.shape and cropped.dtype == torch.uint8
+        for i, key in enumerate(keys):
+            difference = (cropped[i].float() - expected[i].float()).abs().mean().item()
+            mirrored = (cropped[i].float() - expected[i].flip(-1).float()).abs().mean().item()
+            # The CPU path decodes large crops at a reduced JPEG scale (draft) and resamples in
+            # uint8; a wrong window or flip costs far more.
+            assert difference < 6.0, (listing.path(key[0]), epoch, difference)
+            assert 3 * difference < mirrored, (listing.path(key[0]), epoch, difference, mirrored)
+
+
 # ---------------------------------------------------------------------- workers and /dev/shm
 def test_worker_count_follows_the_cgroup_cpu_quota(tmp_path, monkeypatch):
     affinity = len(os.sched_getaffinity(0))
