@@ -52,5 +52,5 @@ def install() -> bool:
     shim = types.ModuleType("inspect", "inspect, whose stack() builds only the records read")
     shim.__dict__.update({k: v for k, v in vars(inspect).items() if not k.startswith("__")})
     shim.stack = lambda context=1: _FrameRecords(sys._getframe(1))  # type: ignore[attr-defined]
-    pipeline_task.inspect = shim  # type: ignore[attr-defined]
+    pipeline_task.inspect = shim
     return True
