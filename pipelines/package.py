@@ -27,6 +27,9 @@ PACKAGES = {
 }
 """The committed compiled pipelines, one per storage mode (kept in sync by a golden test)."""
 DEFAULT_PACKAGE = PACKAGES["object-store"]
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader where PyYAML was built with it (its wheels are): the same documents as
+the pure-Python ``SafeLoader``, ~11x faster on a compiled pipeline (0.016 s against 0.18 s)."""
 LIST_DATA_COMPONENT = "comp-list-dataset-step"
 """Only the object-store pipeline has it (its data step lists, the other one syncs)."""
 
@@ -42,7 +45,7 @@ def load_package(path: Path) -> tuple[dict, dict]:
     except OSError as exc:
         raise click.ClickException(f"--package {path}: cannot read it ({exc})") from None
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=YAML_LOADER) if d is not None]
     except yaml.YAMLError as exc:
         raise click.ClickException(f"--package {path}: not valid YAML ({exc})") from None
     if not docs or not isinstance(docs[0], dict) or "root" not in docs[0]:

@@ -19,9 +19,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 from components.launcher.pod_paths import SCRATCH_DIRS
+from tests import yaml_fast
 from tests.containers.podman import REPO
 
 pytestmark = pytest.mark.slow
@@ -68,7 +68,7 @@ def _executors() -> list[dict]:
     """Every executor's container command and arguments, as KFP's driver would run them."""
     found = []
     for path in COMPILED:
-        for document in yaml.safe_load_all(path.read_text()):
+        for document in yaml_fast.safe_load_all(path.read_text()):
             spec = document.get("deploymentSpec") if isinstance(document, dict) else None
             for name, executor in (spec or {}).get("executors", {}).items():
                 container = executor["container"]

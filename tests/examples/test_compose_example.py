@@ -20,13 +20,13 @@ import threading
 from pathlib import Path
 
 import pytest
-import yaml
 from kfp import compiler
 from kfp.dsl import Metrics
 
 from components import DEFAULT_IMAGE
 from components.s3_sync import sync
 from pipelines.component_files import COMPILED_DIR
+from tests import yaml_fast
 from tests.image_data import write_image_folder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ def test_the_example_compiles_from_the_component_files_alone(tmp_path: Path) -> 
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "compiled without kfp-ddp" in result.stdout
-    pipeline_doc, platform_doc = [d for d in yaml.safe_load_all(output.read_text()) if d]
+    pipeline_doc, platform_doc = [d for d in yaml_fast.safe_load_all(output.read_text()) if d]
     executors = pipeline_doc["deploymentSpec"]["executors"]
     assert {e["container"]["image"] for e in executors.values()} == {DEFAULT_IMAGE}
     tasks = dict(pipeline_doc["root"]["dag"]["tasks"])

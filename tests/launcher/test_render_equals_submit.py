@@ -10,7 +10,6 @@ pipeline parameters, run id and data digest through the CLI. Both go through
 from __future__ import annotations
 
 import pytest
-import yaml
 from click.testing import CliRunner
 from google.protobuf import json_format
 from kfp import dsl
@@ -27,6 +26,7 @@ from pipelines.plan import (
     training_step_inputs,
 )
 from pipelines.training import build_training_pipeline
+from tests import yaml_fast
 from tests.launcher.k8s_helpers import bodies_sent, created, kubeconfig_of, succeed
 
 RUN_ID = "5d0c5e4e-1111-4a2b-9c3d-0123456789ab"
@@ -68,7 +68,7 @@ def rendered_documents(ns, *params: str, storage: str = DEFAULT_STORAGE) -> list
     args += [*PARAMS, *params]
     result = CliRunner().invoke(main, with_kubeconfig(args, "/nowhere/kubeconfig", ns.name))
     assert result.exit_code == 0, result.output
-    return list(yaml.safe_load_all(result.stdout))
+    return list(yaml_fast.safe_load_all(result.stdout))
 
 
 def submitted(ns, tmp_path, *params: str, **options) -> dict:

@@ -14,11 +14,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from pipelines.cli import main
 from pipelines.package import compile_pipeline
+from tests import yaml_fast
 from tests.pipelines.kfp_api_server import FakeKfpServer
 
 IMAGE = "registry.example/kfp-ddp:1.0"
@@ -48,7 +48,7 @@ def invoke(*args: str, env: dict[str, str] | None = None):
 
 
 def committed_docs() -> list[dict]:
-    return [d for d in yaml.safe_load_all(compiled_package().read_text()) if d]
+    return [d for d in yaml_fast.safe_load_all(compiled_package().read_text()) if d]
 
 
 def closed_port() -> int:
@@ -309,6 +309,10 @@ def test_bad_cron_and_missing_package(kfp_server: FakeKfpServer, tmp_path: Path)
         "run", "--host", kfp_server.url, "--package", str(tmp_path / "nope.yaml"), *REQUIRED
     )
     assert_one_clear_error(missing, "nope.yaml", "kfp-ddp compile")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("root: {dag: [unclosed\n")
+    not_yaml = invoke("run", "--host", kfp_server.url, "--package", str(broken), *REQUIRED)
+    assert_one_clear_error(not_yaml, "broken.yaml", "not valid YAML")
 
 
 def test_console_script_exits_non_zero_without_traceback() -> None:

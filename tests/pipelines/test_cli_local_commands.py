@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from pipelines.cli import kfp_cron, main, parse_parameters
+from tests import yaml_fast
 
 INPUTS = {
     "epochs": {"parameterType": "NUMBER_INTEGER", "defaultValue": 10.0, "isOptional": True},
@@ -95,7 +95,7 @@ def test_render_prints_the_pytorchjob_a_run_would_submit() -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    job = yaml.safe_load(result.output)
+    job = yaml_fast.safe_load(result.output)
     assert job["kind"] == "PyTorchJob"
     assert job["metadata"]["namespace"] == "team-a"
     assert job["metadata"]["labels"]["kfp-ddp.io/run-id"] == "3f2b1c4d-0000-4000-8000-000000000001"
@@ -136,7 +136,7 @@ def test_render_shows_object_store_staging_and_the_checkpoint_mirror() -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    job = yaml.safe_load(result.stdout)
+    job = yaml_fast.safe_load(result.stdout)
     pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     (init,) = pod["initContainers"]
     assert init["command"][init["command"].index("--source") + 1] == "s3://bucket/datasets/cats"
@@ -170,7 +170,7 @@ def test_render_prints_the_trainjob_by_default() -> None:
     )
     assert result.exit_code == 0, result.output
     assert "api=auto: a TrainJob" in result.stderr
-    job = yaml.safe_load(result.stdout)
+    job = yaml_fast.safe_load(result.stdout)
     assert job["kind"] == "TrainJob"
     trainer = job["spec"]["trainer"]
     assert trainer["numNodes"] == 3 and trainer["numProcPerNode"] == 2

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from components.launcher import SpecError
@@ -16,6 +15,7 @@ from components.launcher.step import TrainingStepInputs, training_spec
 from pipelines.cli import main
 from pipelines.plan import cluster_settings_json
 from pipelines.training import build_training_pipeline
+from tests import yaml_fast
 
 REQUIRED = ["-p", "data_uri=s3://bucket/datasets/cats", "-p", "publish_uri=s3://bucket/models"]
 CACHE = {"pod_security": "privileged", "stage_cache_host_path": "/mnt/kfp-ddp-cache"}
@@ -46,7 +46,7 @@ def test_the_compile_time_cluster_settings_give_the_node_cache():
         ["render", *REQUIRED, "--cluster-settings", json.dumps(CACHE), "-p", "api=trainjob"],
     )
     assert result.exit_code == 0, result.output
-    job = yaml.safe_load(result.stdout)
+    job = yaml_fast.safe_load(result.stdout)
     (patch,) = job["spec"]["runtimePatches"]
     (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     volumes = node["template"]["spec"]["template"]["spec"]["volumes"]
@@ -79,7 +79,7 @@ def test_cluster_settings_are_a_constant_of_the_compiled_pipeline(tmp_path):
 
     path = tmp_path / "p.yaml"
     compiler.Compiler().compile(build_training_pipeline(cluster_settings=CACHE), str(path))
-    spec = next(yaml.safe_load_all(path.read_text()))
+    spec = next(yaml_fast.safe_load_all(path.read_text()))
     assert "cluster_settings" not in spec["root"]["inputDefinitions"]["parameters"]  # no UI knob
     text = path.read_text()
     assert json.dumps(json.dumps(CACHE, sort_keys=True))[1:-1] in text or "kfp-ddp-cache" in text

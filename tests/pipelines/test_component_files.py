@@ -15,7 +15,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import yaml
 from click.testing import CliRunner
 from google.protobuf import json_format
 from kfp import compiler, components, dsl
@@ -35,6 +34,7 @@ from pipelines.component_files import (
     compile_components,
     version_line,
 )
+from tests import yaml_fast
 
 REPO = Path(__file__).resolve().parents[2]
 FILE_NAMES = [entry.file_name for entry in COMPONENT_FILES]
@@ -73,7 +73,7 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _documents(path: Path) -> tuple[dict, dict]:
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    docs = [d for d in yaml_fast.safe_load_all(path.read_text()) if d]
     return docs[0], (docs[1] if len(docs) > 1 else {})
 
 

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kfp import compiler, dsl
 
 from components import DEFAULT_IMAGE
 from pipelines.component_files import COMPILED_DIR
+from tests import yaml_fast
 from tests.cluster.assets import COMPILER, HOW_TO_GET, find_binaries
 from tests.cluster.control_plane import ARGO_WORKFLOWS
 from tests.cluster.plugin import Cluster, Clusters
@@ -86,7 +86,7 @@ def backend_compile(binary: Path, spec_file: Path) -> dict[str, Any]:
             f"kfp-argo-compile refused {spec_file} (exit {result.returncode}):\n"
             f"{result.stderr[-3000:]}"
         )
-    return yaml.safe_load(result.stdout)
+    return yaml_fast.safe_load(result.stdout)
 
 
 @dataclass
@@ -100,7 +100,7 @@ class Workflows:
     def __getitem__(self, case: str) -> Compiled:
         if case not in self.done:
             spec_file = self._spec_file(case)
-            documents = [d for d in yaml.safe_load_all(spec_file.read_text()) if d]
+            documents = [d for d in yaml_fast.safe_load_all(spec_file.read_text()) if d]
             self.done[case] = Compiled(
                 spec_file=spec_file,
                 pipeline=documents[0],

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from kfp import compiler
 
 from pipelines.training import build_training_pipeline
+from tests import yaml_fast
 from tests.pipelines.test_training_pipeline_yaml import (
     CREDENTIAL_PATTERNS,
     EXPECTED_PARAMETERS,
@@ -27,7 +27,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def docs(compiled: Path) -> tuple[dict, dict]:
-    pipeline_doc, platform_doc = [d for d in yaml.safe_load_all(compiled.read_text()) if d]
+    pipeline_doc, platform_doc = [d for d in yaml_fast.safe_load_all(compiled.read_text()) if d]
     return pipeline_doc, platform_doc
 
 

@@ -11,6 +11,7 @@ from kfp import dsl
 
 from pipelines.run_size import RunSize
 from pipelines.steps import list_dataset_step, stage_dataset_step
+from tests import yaml_fast
 from tests.image_data import write_image_folder
 from tests.pipelines.conftest import upload_folder
 from trainer.epoch_size import steps_per_epoch
@@ -110,12 +111,11 @@ def test_the_data_step_warns_of_a_run_of_years_and_goes_on(s3, tmp_path, capsys,
 
 @pytest.mark.parametrize("name", ["training_pipeline.yaml", "training_pipeline_shared_volume.yaml"])
 def test_the_compiled_pipelines_hand_the_data_step_the_run_parameters(name):
-    import yaml
 
     from pipelines.training import RUN_SIZE_INPUTS
 
     path = Path(__file__).resolve().parents[2] / "pipelines" / "compiled" / name
-    spec = next(yaml.safe_load_all(path.read_text()))
+    spec = next(yaml_fast.safe_load_all(path.read_text()))
     tasks = spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
     (data,) = [t for n, t in tasks.items() if n in ("list-dataset-step", "stage-dataset-step")]
     given = data["inputs"]["parameters"]

@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 from click.testing import CliRunner
 from google.protobuf import json_format
 from kfp import compiler
@@ -19,6 +18,7 @@ from pipelines.cli import main
 from pipelines.package import PACKAGES
 from pipelines.plan import WORKSPACE_MOUNT_PATH
 from pipelines.training import PIPELINE_NAME, build_training_pipeline
+from tests import yaml_fast
 
 EXPECTED_PARAMETERS = {
     "data_uri": "STRING",
@@ -76,7 +76,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def docs(compiled: Path) -> tuple[dict, dict]:
-    pipeline_doc, platform_doc = [d for d in yaml.safe_load_all(compiled.read_text()) if d]
+    pipeline_doc, platform_doc = [d for d in yaml_fast.safe_load_all(compiled.read_text()) if d]
     return pipeline_doc, platform_doc
 
 
@@ -126,7 +126,7 @@ def test_no_credential_values_anywhere(compiled: Path) -> None:
     for pattern in CREDENTIAL_PATTERNS:
         assert not pattern.search(text), pattern.pattern
     # The only mention of the key names is the Secret → env mapping of kfp-kubernetes.
-    _, platform_doc = [d for d in yaml.safe_load_all(text) if d]
+    _, platform_doc = [d for d in yaml_fast.safe_load_all(text) if d]
     for executor in platform_doc["platforms"]["kubernetes"]["deploymentSpec"]["executors"].values():
         for secret in executor.get("secretAsEnv", []):
             assert set(secret) <= {"keyToEnv", "optional", "secretNameParameter", "secretName"}
@@ -272,7 +272,7 @@ def test_run_scoped_workspace_variant(tmp_path: Path) -> None:
         ),
         str(path),
     )
-    pipeline_doc, platform_doc = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    pipeline_doc, platform_doc = [d for d in yaml_fast.safe_load_all(path.read_text()) if d]
     tasks = _tasks(pipeline_doc)
     create = tasks["createpvc"]["inputs"]["parameters"]
     assert create["size"]["runtimeValue"]["constant"] == "50Gi"
@@ -293,7 +293,7 @@ def test_image_is_a_compile_time_setting(tmp_path: Path) -> None:
         main, ["compile", "--image", "reg.example/ddp:7", "--output", str(out)]
     )
     assert result.exit_code == 0, result.output
-    pipeline_doc = next(yaml.safe_load_all(out.read_text()))
+    pipeline_doc = next(yaml_fast.safe_load_all(out.read_text()))
     images = {e["container"]["image"] for e in pipeline_doc["deploymentSpec"]["executors"].values()}
     lightweight = {
         e["container"]["image"]
