@@ -33,7 +33,7 @@ def test_the_records_are_inspect_stacks():
 
 
 def test_kfp_still_names_the_method_on_a_pipeline_used_as_a_component():
-    @dsl.component
+    @dsl.component(base_image="python:3.11")
     def step() -> None:
         pass
 

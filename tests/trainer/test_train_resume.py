@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -287,7 +290,11 @@ def test_a_compiled_run_resumes_bit_exact(tmp_path, monkeypatch):
     """--compile (the default on CUDA): a run that starts from another run's step-2 checkpoint,
     as one killed after that checkpoint would (compiling afresh at step 3), ends with the weights
     of the run that never stopped; the compiled model checkpoints plain state_dict keys."""
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    # Inductor's cache outlives the session (keyed by torch's version and the graph, as the
+    # trainer's default folder is): a warm suite loads the compiled kernels instead of building
+    # them (~60 s cold). Each run still compiles its own model (torch.compile, new trace).
+    cache = Path(tempfile.gettempdir()) / f"kfp-ddp-tests-inductor-{os.getuid()}"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
     data = write_image_folder(tmp_path / "data")
     # squeezenet1_1 compiles in half mobilenet_v3_small's time on CPU (27 s against 60 cold).
     args = [*TINY, "--model", "squeezenet1_1", "--image-size", "32"]
