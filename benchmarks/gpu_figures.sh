@@ -28,6 +28,14 @@ export PYTHONUNBUFFERED=1
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/kfp-ddp-inductor-cache}
 has() { [[ ",$PHASES," == *",$1,"* ]]; }
 
+# The trainer's own imports first: a machine without one of them (docstring_parser was missing on
+# a lent GPU machine once) fails here in seconds, naming it, not after the first phase.
+if ! missing=$("$PY" -c 'import trainer.train, benchmarks.gpu_decode_stages' 2>&1); then
+  echo "gpu_figures.sh: the trainer cannot be imported with $PY: ${missing##*$'\n'}" >&2
+  echo "install the missing package (pyproject.toml lists them) or put it on PYTHONPATH" >&2
+  exit 2
+fi
+
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
   "$PY" -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__, "cuda", torch.version.cuda)'
