@@ -200,6 +200,19 @@ def test_a_worker_batch_of_encoded_images_carries_the_cpu_windows(jpeg_folder):
     assert evaluation.window == NO_AUGMENTATION
 
 
+def assert_like_the_cpu_path(images: torch.Tensor, cpu: DecodedImages, keys: list) -> None:
+    """``images`` (uint8, one per key) are the CPU path's images of ``keys``: the same windows
+    and flips, pixels within a decoder's rounding (measured up to ~4.4 of 255 on these noisy
+    pictures); a wrong window or flip costs far more."""
+    expected = torch.stack([cpu[key][0] for key in keys])
+    assert images.shape == expected.shape and images.dtype == torch.uint8
+    for image, wanted, key in zip(images.float(), expected.float(), keys, strict=True):
+        difference = (image - wanted).abs().mean().item()
+        mirrored = (image - wanted.flip(-1)).abs().mean().item()
+        assert difference < 6.0, (cpu.listing.path(key[0]), key[1], difference)
+        assert 3 * difference < mirrored, (cpu.listing.path(key[0]), key[1], difference, mirrored)
+
+
 def test_the_gpu_paths_crop_stage_matches_the_cpu_path_on_cpu_tensors(jpeg_folder):
     """GpuJpegDecoder.crop is plain tensor code: fed PIL's decode of the batch's JPEGs instead
     of nvJPEG's, it gives the CPU path's pixels, windows and flips."""
@@ -218,15 +231,8 @@ def test_the_gpu_paths_crop_stage_matches_the_cpu_path_on_cpu_tensors(jpeg_folde
         batch = collate_encoded([encoded[key] for key in keys])
         images = [pil_decoded(payload) for payload in batch.payloads()]
         cropped = stage.crop(DecodedJpegs(images, batch.windows, batch.labels))
-        expected = torch.stack([cpu[key][0] for key in keys])
-        assert cropped.shape == expected.shape and cropped.dtype == torch.uint8
-        for i, key in enumerate(keys):
-            difference = (cropped[i].float() - expected[i].float()).abs().mean().item()
-            mirrored = (cropped[i].float() - expected[i].flip(-1).float()).abs().mean().item()
-            # The CPU path decodes large crops at a reduced JPEG scale (draft) and resamples in
-            # uint8; a wrong window or flip costs far more.
-            assert difference < 6.0, (listing.path(key[0]), epoch, difference)
-            assert 3 * difference < mirrored, (listing.path(key[0]), epoch, difference, mirrored)
+        # The CPU path decodes large crops at a reduced JPEG scale (draft), in uint8.
+        assert_like_the_cpu_path(cropped, cpu, keys)
 
 
 # ---------------------------------------------------------------------- workers and /dev/shm
@@ -308,15 +314,8 @@ def test_gpu_decoding_matches_the_cpu_path(jpeg_folder):
     for epoch in (0, 1, None):
         keys = [(i, epoch) for i in range(len(listing))]
         decoded = decoder(collate_encoded([gpu[key] for key in keys])).cpu()
-        expected = torch.stack([cpu[key][0] for key in keys])
-        assert decoded.shape == expected.shape and decoded.dtype == torch.uint8
-        for i, key in enumerate(keys):
-            difference = (decoded[i].float() - expected[i].float()).abs().mean().item()
-            mirrored = (decoded[i].float() - expected[i].flip(-1).float()).abs().mean().item()
-            # nvJPEG and libjpeg-turbo upsample chroma and round differently (measured up to
-            # ~4.4 of 255 on these noisy pictures); a wrong window or flip costs far more.
-            assert difference < 6.0, (listing.path(key[0]), epoch, difference)
-            assert 3 * difference < mirrored, (listing.path(key[0]), epoch, difference, mirrored)
+        # nvJPEG and libjpeg-turbo upsample chroma and round differently.
+        assert_like_the_cpu_path(decoded, cpu, keys)
 
 
 @needs_gpu_decode
