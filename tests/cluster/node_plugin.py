@@ -39,6 +39,7 @@ from tests.cluster.control_plane import PARTS, ControlPlane, reference_missing
 from tests.cluster.node import GATEWAY, NODE_BINARIES, RealNode, build_pause, missing
 from tests.cluster.plugin import Cluster, Namespace, namespace_on
 from tests.cluster.processes import StartupError
+from tests.containers.layouts import oci_layout
 
 NODE_PARTS = (*PARTS, "mpi-operator")
 """The node's plane runs the MPI Operator too: its host-wide lock makes it the only plane here
@@ -220,10 +221,9 @@ def started_node(tmp_path_factory, podman, cpu_image, oci_registry, binaries):
     # Our image goes to the registry while the control plane starts (the node pulls it later).
     pushing = ThreadPoolExecutor(1)
     image_pushed = pushing.submit(
-        oci_registry.push_podman_image,
-        cpu_image,
-        cpu_image.rsplit("/", 1)[1],
-        env={"CONTAINERS_CONF": podman.env["CONTAINERS_CONF"]},
+        lambda: oci_registry.push_oci_layout(
+            oci_layout(podman, cpu_image), cpu_image.rsplit("/", 1)[1]
+        )
     )
     pushing.shutdown(wait=False)
     plane = node = s3 = None

@@ -11,6 +11,7 @@ Both yield a ``LocalRegistry``::
 
     def test_pushed(oci_registry):
         image = oci_registry.push_oci_archive(archive, "kfp-ddp:0.1.0-cpu")  # or:
+        image = oci_registry.push_oci_layout(oci_layout(podman, IMAGE), "kfp-ddp:0.1.0-cpu")  # or:
         image = oci_registry.push_podman_image(
             "localhost/kfp-ddp:0.1.0-cpu", "kfp-ddp:0.1.0-cpu",
             podman_args=["--root", ROOT, "--runroot", RUNROOT], env={"CONTAINERS_CONF": CONF},
@@ -101,13 +102,22 @@ class LocalRegistry:
         """Copy an OCI archive (``podman save --format oci-archive``, ``write_oci_archive``) to
         ``name`` (``kfp-ddp:TAG``) with skopeo, every platform of an index included; returns the
         image's full name."""
+        return self._skopeo_push(f"oci-archive:{archive}", name)
+
+    def push_oci_layout(self, reference: str, name: str) -> str:
+        """Copy an OCI layout (``oci:DIR:TAG``, e.g. from ``tests.containers.layouts``) to
+        ``name`` with skopeo: its compressed layers are uploaded as they are. Returns the image's
+        full name."""
+        return self._skopeo_push(reference, name)
+
+    def _skopeo_push(self, source: str, name: str) -> str:
         skopeo = shutil.which("skopeo")
         if skopeo is None:
             pytest.skip(f"no skopeo to push test images: {HOW_TO_GET}")
         command = [skopeo, "copy", "--quiet", "--all", "--dest-tls-verify=false"]
         if self.username is not None:
             command += ["--dest-creds", f"{self.username}:{self.password}"]
-        command += [f"oci-archive:{archive}", f"docker://{self.image(name)}"]
+        command += [source, f"docker://{self.image(name)}"]
         _run_push(command, os.environ)
         return self.image(name)
 

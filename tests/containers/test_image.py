@@ -22,6 +22,7 @@ import pytest
 
 from components.launcher.pod_paths import SCRATCH_DIRS
 from tests import yaml_fast
+from tests.containers.layouts import layout_path, oci_layout
 from tests.containers.podman import REPO
 
 pytestmark = pytest.mark.slow
@@ -170,13 +171,16 @@ def test_the_cpu_image_pushed_to_a_registry_is_found_by_the_image_check_and_pull
     podman, cpu_image, oci_registry, tmp_path
 ):
     """What users do with a built image: push it, let `kfp-ddp upload|run|schedule` find it
-    (the OCI distribution API), and pull it elsewhere (here: into a second, empty storage)."""
+    (the OCI distribution API), and pull it elsewhere (here: into a second, empty storage). The
+    push is skopeo's, from the image's compressed copy made once per build (layouts.py)."""
     from pipelines.image_check import ImageMissing, check_images
 
     tag = cpu_image.rsplit(":", 1)[1]
-    pushed = oci_registry.push_podman_image(
-        cpu_image, f"kfp-ddp:{tag}", env={"CONTAINERS_CONF": podman.env["CONTAINERS_CONF"]}
-    )
+    layout = oci_layout(podman, cpu_image)  # compressed once per build, then reused
+    made = layout_path(layout).stat().st_mtime_ns
+    assert oci_layout(podman, cpu_image) == layout
+    assert layout_path(layout).stat().st_mtime_ns == made  # not made again
+    pushed = oci_registry.push_oci_layout(layout, f"kfp-ddp:{tag}")
     check_images([pushed], what="kfp-ddp upload", find=lambda *_: None)
     with pytest.raises(ImageMissing, match=r"kfp-ddp:no-such-tag"):
         check_images([f"{oci_registry.host}/kfp-ddp:no-such-tag"], what="kfp-ddp upload")

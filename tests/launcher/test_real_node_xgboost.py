@@ -15,6 +15,7 @@ from components.launcher import run_job
 from components.launcher.backends.kubernetes import granted_permissions
 from tests.cluster.control_plane import TRAINER, load_documents
 from tests.containers.example_images import xgboost_example_image
+from tests.containers.layouts import oci_layout
 from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, options, refused, spec
 
 # One real node serves them all: files named test_real_node* run on one xdist worker.
@@ -30,9 +31,7 @@ APIS = {
 def xgb_image(podman, cpu_image, oci_registry, tmp_path_factory) -> str:
     """The example's image, pushed where the node pulls from."""
     built = xgboost_example_image(podman, cpu_image, tmp_path_factory.mktemp("xgb-image"))
-    return oci_registry.push_podman_image(
-        built, "kfp-ddp-xgb-example:test", env={"CONTAINERS_CONF": podman.env["CONTAINERS_CONF"]}
-    )
+    return oci_registry.push_oci_layout(oci_layout(podman, built), "kfp-ddp-xgb-example:test")
 
 
 @pytest.mark.parametrize("api", sorted(APIS))
