@@ -70,8 +70,12 @@ def test_our_trainer_trains_under_ray_train_with_two_workers(tmp_path):
     result = run_job(spec, backend="local", options=_options(tmp_path, lines))
     log = "\n".join(lines)
     assert result.phase == "Succeeded", log[-6000:]
+    assert "[ray_train] done: the trainer exited 0 on all 2 workers" in log, log[-6000:]
+    started = [line for line in lines if "Started training worker group of size 2" in line]
+    assert len(started) == 1, started  # each Ray worker's line once, not once per Ray node
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] > 0, summary
+    assert (out / "model" / "weights.pt").is_file()
     assert _ray_processes() == []
 
 

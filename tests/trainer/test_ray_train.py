@@ -1,9 +1,10 @@
 """Our trainer under Ray Train (``python -m trainer.ray_train``, a KubeRay RayJob's entrypoint),
 against a real one-machine Ray cluster started here on loopback (``ray start --head``, as a
-RayCluster's head runs it): two workers train to the end in Ray's process group, a worker's
-configuration error is the command's exit 2, a run lost without a worker's code exits 200
-(retryable), the stop file (a worker pod's preStop hook) has both workers checkpoint and exit 143,
-and the trainer reuses a process group it finds (Ray's) and leaves it to its owner."""
+RayCluster's head runs it): a worker's configuration error is the command's exit 2, a run lost
+without a worker's code exits 200 (retryable), the stop file (a worker pod's preStop hook) has
+both workers checkpoint and exit 143, and the trainer reuses a process group it finds (Ray's) and
+leaves it to its owner. Two workers training to the end: tests/launcher/test_local_ray.py (the
+same command as a RayJob's driver, run by the local backend on a Ray cluster of its own)."""
 
 from __future__ import annotations
 
@@ -145,19 +146,6 @@ def _ray_train(
 ) -> subprocess.CompletedProcess:
     command = _ray_train_command(reach, tmp_path, argv)
     return subprocess.run(**command, capture_output=True, timeout=timeout)
-
-
-def test_two_ray_train_workers_train_to_the_end(ray_head, tmp_path):
-    data = write_image_folder(tmp_path / "data", classes=("circle", "square"), per_class=8)
-    out = tmp_path / "out"
-    flags = ["--data-dir", str(data), "--output-dir", str(out), *TINY, "--epochs", "2"]
-    done = _ray_train(ray_head, tmp_path, ["--workers", "2", "--", *flags, "--batch-size", "2"])
-    said = done.stdout + done.stderr
-    assert done.returncode == 0, said
-    assert "[ray_train] done: the trainer exited 0 on all 2 workers" in said, said
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["steps"] > 0, summary
-    assert (out / "model" / "weights.pt").is_file()
 
 
 def test_a_stop_file_checkpoints_every_worker_and_a_rerun_resumes(ray_head, tmp_path):

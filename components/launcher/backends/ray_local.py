@@ -52,7 +52,11 @@ def node_command(
         ]
     index = int(replica.rsplit("-", 1)[1])
     start = [*ray_cli(python), "start", f"--address=127.0.0.1:{gcs_port}", f"--num-cpus={cpus}"]
-    return after_nodes(python, 1 + index, [*start, *common])
+    # A folder of the node's own, as each pod has: a node's log monitor sends the driver the
+    # output of the worker processes in its folder, and in one shared folder every node's
+    # monitor sent every line (each line of the job's log came once per node).
+    own = f"--temp-dir={temp_dir}/w{index}"
+    return after_nodes(python, 1 + index, [*start, own, *common])
 
 
 def after_nodes(python: str, nodes: int, command: list[str]) -> list[str]:
