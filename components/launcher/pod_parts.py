@@ -22,6 +22,7 @@ from components.launcher.spec import (
     TrainSpec,
 )
 from components.s3_sync.hash_cache import CACHE_ENV
+from trainer.distributed import CPU_REQUEST_ENV
 
 SHM_VOLUME = "dshm"
 STAGE_VOLUME = "staged-data"
@@ -169,12 +170,25 @@ def container_env(spec: TrainSpec, *, given: dict[str, str] | None = None) -> li
     return [k8s.V1EnvVar(name=k, value=v) for k, v in values.items() if k not in (given or {})]
 
 
+def cpu_request_env(given: dict[str, str]) -> list[k8s.V1EnvVar]:
+    """``CPU_REQUEST_ENV``: the container's CPU request in whole CPUs, rounded up (the Downward
+    API), which the trainer keeps its compute threads within — a pod without a CPU limit sees
+    every core of its node. Not when ``given`` sets it."""
+    if CPU_REQUEST_ENV in given:
+        return []
+    source = k8s.V1ResourceFieldSelector(resource="requests.cpu", divisor="1")
+    return [
+        k8s.V1EnvVar(name=CPU_REQUEST_ENV, value_from=k8s.V1EnvVarSource(resource_field_ref=source))
+    ]
+
+
 def env_vars(spec: TrainSpec) -> list[k8s.V1EnvVar]:
-    """The training container's: ``container_env``, the plain values (which win), the S3
-    settings, then ``pod_extras``' references (Kubernetes JSON)."""
+    """The training container's: ``container_env``, the plain values (which win), the CPU
+    request, the S3 settings, then ``pod_extras``' references (Kubernetes JSON)."""
     plain = spec.merged_env()
     plain_env = [k8s.V1EnvVar(name=k, value=v) for k, v in plain.items()]
-    return container_env(spec, given=plain) + plain_env + s3_env(spec) + spec.extras.env
+    own = container_env(spec, given=plain) + plain_env + cpu_request_env(plain)
+    return own + s3_env(spec) + spec.extras.env
 
 
 def stage_init_container(spec: TrainSpec) -> k8s.V1Container | None:

@@ -42,6 +42,7 @@ def _env(pod) -> dict[str, str]:
     return {
         e.name: e.value if e.value is not None else e.value_from.field_ref.field_path
         for e in container.env or []
+        if e.value_from is None or e.value_from.field_ref is not None  # not the CPU request
     }
 
 

@@ -28,6 +28,16 @@ XGB_PROGRAM = {
 RAY_IMAGE = {"image": "registry.example.com/ray:1"}
 """An image with Ray (our default image has none, and is refused for a RayJob)."""
 PROGRAMS = {"tfjob": TF_PROGRAM, "xgboostjob": XGB_PROGRAM, "rayjob": RAY_IMAGE}
+CPU_REQUEST_ENV = {
+    "name": "KFP_DDP_CPU_REQUEST",
+    "valueFrom": {"resourceFieldRef": {"divisor": "1", "resource": "requests.cpu"}},
+}
+"""The training container's CPU request in whole CPUs (the Downward API), for the trainer."""
+
+
+def env_values(env: list[dict]) -> dict[str, str]:
+    """A container's env as name → value; a reference (``valueFrom``) as its JSON."""
+    return {e["name"]: e["value"] if "value" in e else str(e["valueFrom"]) for e in env}
 
 
 def replica(api: str, node: int) -> str:

@@ -20,6 +20,7 @@ from components.launcher import (
 from components.launcher.names import RUN_ID_LABEL, TASK_LABEL, derive_job_name
 from components.launcher.spec import NCCL_PRESETS
 from tests.crds import require_crd, schema_errors
+from tests.launcher.k8s_helpers import CPU_REQUEST_ENV, env_values
 
 
 def pod(manifest: dict, rtype: str | None = None) -> dict:
@@ -34,12 +35,13 @@ def container(manifest: dict, rtype: str | None = None) -> dict:
 
 
 RENDEZVOUS = ("PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_RDZV_ID")
+CPU_REQUEST = CPU_REQUEST_ENV["name"]
 
 
 def env_of(manifest: dict) -> dict[str, str]:
     """The container's env, but for the Workers-only layout's rendezvous (tested on its own)."""
-    env = {e["name"]: e["value"] for e in container(manifest).get("env", [])}
-    return {k: v for k, v in env.items() if k not in RENDEZVOUS}
+    env = env_values(container(manifest).get("env", []))
+    return {k: v for k, v in env.items() if k not in RENDEZVOUS and k != CPU_REQUEST}
 
 
 # -- defaults and the shape of the job ---------------------------------------------------------
@@ -80,13 +82,12 @@ def test_workers_meet_at_worker_0_by_c10d_rendezvous():
     m = build_pytorchjob(TrainSpec(name="job", workers=4, nproc_per_node=8, gpus_per_worker=8))
     assert {k: v["replicas"] for k, v in m["spec"]["pytorchReplicaSpecs"].items()} == {"Worker": 4}
     assert m["spec"]["nprocPerNode"] == "8"
-    env = {e["name"]: e["value"] for e in container(m)["env"]}
+    env = env_values(container(m)["env"])
     assert env["PET_RDZV_BACKEND"] == "c10d" and env["PET_RDZV_ID"] == "job"
     assert env["PET_RDZV_ENDPOINT"] == "job-worker-0:29400"  # worker-0's hostname hosts it
     mine = TrainSpec(name="job", workers=2, env={"PET_RDZV_ENDPOINT": "elsewhere:1"})
-    assert {e["name"]: e["value"] for e in container(build_pytorchjob(mine))["env"]}[
-        "PET_RDZV_ENDPOINT"
-    ] == "elsewhere:1"  # the spec's env wins
+    mine_env = env_values(container(build_pytorchjob(mine))["env"])
+    assert mine_env["PET_RDZV_ENDPOINT"] == "elsewhere:1"  # the spec's env wins
 
 
 def test_pytorch_master_gives_one_master_and_n_minus_one_workers():
@@ -103,8 +104,9 @@ def test_pytorch_master_gives_one_master_and_n_minus_one_workers():
         "limits": {"nvidia.com/gpu": "8", "ephemeral-storage": "4Gi"},
     }
     assert container(m, "Worker") == container(m, "Master")
-    # The operator's MASTER_ADDR/RANK, no rendezvous of ours: only HOME and TMPDIR (read-only root).
-    assert [e["name"] for e in container(m)["env"]] == ["HOME", "TMPDIR"]
+    # The operator's MASTER_ADDR/RANK, no rendezvous of ours: HOME and TMPDIR (read-only root),
+    # the CPU request for the trainer's threads.
+    assert [e["name"] for e in container(m)["env"]] == ["HOME", "TMPDIR", CPU_REQUEST]
 
 
 def test_resources_requests_and_limits():

@@ -13,6 +13,7 @@ from components.launcher.names import RUN_ID_LABEL
 from components.launcher.spec import NCCL_PRESETS
 from components.launcher.tfjob import admission_errors
 from tests.crds import require_crd, schema_errors
+from tests.launcher.k8s_helpers import CPU_REQUEST_ENV, env_values
 from tests.launcher.test_manifest_pytorchjob import some_options
 
 PROGRAM = {"image": "registry.example.com/tf-mnist:1", "command": ["python", "/app/train.py"]}
@@ -49,6 +50,7 @@ def test_one_worker_is_a_lone_chief_running_the_users_program():
     assert c["env"] == [
         {"name": "HOME", "value": "/home/kfp-ddp"},
         {"name": "TMPDIR", "value": "/tmp"},
+        CPU_REQUEST_ENV,
     ]
     # a finished job is garbage-collected after a week unless ttl_seconds_after_finished says
     assert m["spec"]["runPolicy"] == {
@@ -130,7 +132,8 @@ def test_gang_scheduling_counts_every_pod():
 @pytest.mark.parametrize("preset", sorted(NCCL_PRESETS))
 def test_env_is_the_preset_then_the_users(preset):
     env = container(build_tfjob(tf_spec(nccl_preset=preset, env={"TF_CPP_MIN_LOG_LEVEL": "2"})))
-    values = {e["name"]: e["value"] for e in env["env"]}
+    values = env_values(env["env"])
+    assert values.pop(CPU_REQUEST_ENV["name"]) == str(CPU_REQUEST_ENV["valueFrom"])
     # the preset pins the pods' interface (network_interface, eth0 by default)
     preset_env = {k: v.replace("{interface}", "eth0") for k, v in NCCL_PRESETS[preset].items()}
     scratch = {"HOME": "/home/kfp-ddp", "TMPDIR": "/tmp"}

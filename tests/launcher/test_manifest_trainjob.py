@@ -13,6 +13,7 @@ from components.launcher import TrainSpec, build_manifest, build_trainjob
 from components.launcher.names import RUN_ID_LABEL, TASK_LABEL
 from components.launcher.spec import NCCL_PRESETS
 from tests.crds import CRDS, require_crd, schema_errors
+from tests.launcher.k8s_helpers import CPU_REQUEST_ENV, env_values
 
 
 def patch_of(manifest: dict) -> dict:
@@ -41,6 +42,7 @@ def test_defaults_run_the_trainer_through_torchrun_on_the_torch_runtime():
     assert trainer["env"] == [
         {"name": "HOME", "value": "/home/kfp-ddp"},
         {"name": "TMPDIR", "value": "/tmp"},
+        CPU_REQUEST_ENV,  # for the trainer's threads: a pod without a CPU limit sees every core
     ]
     # Never BestEffort, and a bounded disk (components/launcher/sizing.py).
     assert trainer["resourcesPerNode"] == {
@@ -115,7 +117,8 @@ def test_nodes_processes_and_resources():
 @pytest.mark.parametrize("preset", sorted(NCCL_PRESETS))
 def test_env_is_the_preset_then_the_users(preset):
     m = build_trainjob(TrainSpec(name="j", nccl_preset=preset, env={"NCCL_DEBUG": "X", "A": "1"}))
-    env = {e["name"]: e["value"] for e in m["spec"]["trainer"]["env"]}
+    env = env_values(m["spec"]["trainer"]["env"])
+    assert env.pop(CPU_REQUEST_ENV["name"]) == str(CPU_REQUEST_ENV["valueFrom"])
     preset_env = {k: v.replace("{interface}", "eth0") for k, v in NCCL_PRESETS[preset].items()}
     scratch = {"HOME": "/home/kfp-ddp", "TMPDIR": "/tmp"}
     assert env == scratch | preset_env | {"NCCL_DEBUG": "X", "A": "1"}

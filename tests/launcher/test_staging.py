@@ -18,6 +18,7 @@ from components.launcher.spec import STAGED_DATA
 from components.s3_sync import sync
 from tests.crds import schema_errors
 from tests.image_data import write_image_folder
+from tests.launcher.k8s_helpers import CPU_REQUEST_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 STAGED = {
@@ -88,7 +89,7 @@ def test_a_pytorchjob_stages_in_an_init_container():
     (container,) = pod["containers"]
     assert stage_mount in container["volumeMounts"]
     env = [e for e in container["env"] if not e["name"].startswith("PET_RDZV")]
-    assert env == SCRATCH_ENV + SECRET_REFS
+    assert env == [*SCRATCH_ENV, CPU_REQUEST_ENV, *SECRET_REFS]
     # Bounded: the data set (size unknown here: 100Gi) and room for checkpoints (20Gi).
     assert {"name": "staged-data", "emptyDir": {"sizeLimit": "120Gi"}} in pod["volumes"]
     assert schema_errors("pytorchjob", m) == []
@@ -107,7 +108,7 @@ def test_a_trainjob_stages_then_execs_the_trainer():
         "-m",
         "trainer.train",
     ]
-    assert trainer["env"] == SCRATCH_ENV + SECRET_REFS
+    assert trainer["env"] == [*SCRATCH_ENV, CPU_REQUEST_ENV, *SECRET_REFS]
     pod = node_pod(m)
     assert {"name": "staged-data", "emptyDir": {"sizeLimit": "120Gi"}} in pod["volumes"]
     assert {"name": "staged-data", "mountPath": "/stage"} in pod["containers"][0]["volumeMounts"]

@@ -107,6 +107,47 @@ def test_cpu_threads_are_shared_by_the_processes_of_one_machine():
     assert available_cpus() >= 1
 
 
+@pytest.mark.parametrize(
+    ("request_env", "threads"),
+    [({}, 4), ({"KFP_DDP_CPU_REQUEST": "2"}, 1), ({"KFP_DDP_CPU_REQUEST": "64"}, 4)]
+    + [({"KFP_DDP_CPU_REQUEST": bad}, 4) for bad in ("0", "", "1.5", "two")],
+)
+def test_compute_threads_stay_within_the_pods_cpu_request(monkeypatch, request_env, threads):
+    """8 cores seen, 2 processes on the machine: 4 threads each, unless the pod's request (the
+    Downward API's whole CPUs) is smaller; a value that is not a positive whole number is not
+    a request."""
+    import torch
+
+    import trainer.distributed as distributed
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv(distributed.CPU_REQUEST_ENV, raising=False)
+    for name, value in request_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(distributed, "available_cpus", lambda: 8)
+    before = torch.get_num_threads()
+    try:
+        env = dist_env_from(MASTER | {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"})
+        assert distributed.configure_cpu_threads(env) == threads
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_omp_num_threads_wins_over_the_cpu_request(monkeypatch):
+    import torch
+
+    import trainer.distributed as distributed
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv(distributed.CPU_REQUEST_ENV, "1")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)  # what OMP_NUM_THREADS=3 gives a fresh process
+        assert distributed.configure_cpu_threads(dist_env_from(MASTER | {"RANK": "0"})) == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_trainer_imports_no_pipeline_or_cloud_packages():
     import subprocess
     import sys
