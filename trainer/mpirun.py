@@ -28,11 +28,12 @@ import sys
 from collections.abc import Mapping
 
 from kfp_ddp.console import whole_lines
-from trainer.distributed import HOSTFILE_ENV, MPI_PORT, read_hostfile
+from trainer.distributed import CPU_REQUEST_ENV, HOSTFILE_ENV, MPI_PORT, read_hostfile
 from trainer.errors import EXIT_CONFIG, ConfigError
 
-NOT_FORWARDED = ("HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", "TERM")
-"""Variables of this machine alone, never passed to the ranks elsewhere."""
+NOT_FORWARDED = ("HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", "TERM", CPU_REQUEST_ENV)
+"""Variables of this machine alone, never passed to the ranks elsewhere (the CPU request is the
+launcher pod's own, not the workers')."""
 NOT_FORWARDED_PREFIXES = ("OMPI_", "PMIX_", "PRTE_", "KUBERNETES_")
 """OpenMPI's own (it sets them per rank) and the Service variables of this pod."""
 

@@ -146,10 +146,12 @@ def test_once_per_host_places_one_process_on_every_host_of_the_hostfile(tmp_path
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("job-node-0-0.job slots=4\njob-launcher-0-0.job slots=4\n")
     environ = {"OMPI_MCA_orte_default_hostfile": str(hostfile), "S3_ENDPOINT_URL": "http://s3"}
+    environ["KFP_DDP_CPU_REQUEST"] = "1"  # the launcher pod's, not the workers'
     command = mpirun_command(["python", "-m", "stage"], environ, once_per_host=True)
     assert command[:5] == ["mpirun", "-np", "2", "--map-by", "ppr:1:node"]
     assert command[-3:] == [sys.executable, "-m", "stage"]  # this interpreter, not PATH's
     assert "-x" in command and "S3_ENDPOINT_URL" in command
+    assert "KFP_DDP_CPU_REQUEST" not in command
     assert "MASTER_ADDR=job-node-0-0.job" in command
     ranks = mpirun_command(["-m", "trainer.train"], environ)
     assert ranks[:3] == ["mpirun", "-np", "8"]
