@@ -12,6 +12,7 @@ controllers make of these manifests are checked in test_pod_security.py.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -277,6 +278,20 @@ def on_host(path: str, mounts: dict[str, Path]) -> str:
     return path
 
 
+def _value(var: dict, resources: dict, secret: dict[str, str], mounts: dict[str, Path]) -> str:
+    """An env var's value in the pod, as the kubelet gives it: a value (its paths on this host),
+    a Downward API resource (of the container's ``resources``, in whole ``divisor``s, rounded
+    up) or a key of the Secret (by reference: the value comes from the server)."""
+    if "value" in var:
+        return on_host(var["value"], mounts)
+    field = var["valueFrom"].get("resourceFieldRef")
+    if field is None:
+        return secret[var["name"]]
+    kind, resource = field["resource"].split(".")
+    amount = quantity(resources[kind][resource])
+    return str(math.ceil(amount / quantity(field.get("divisor", "1"))))
+
+
 @pytest.mark.slow
 def test_the_stager_and_the_trainer_write_nothing_outside_the_pods_volumes(s3_env, tmp_path):
     """A TrainJob node's command (stage, then exec torchrun and the trainer) with the node
@@ -309,8 +324,9 @@ def test_the_stager_and_the_trainer_write_nothing_outside_the_pods_volumes(s3_en
     secret = {k: v for k, v in s3_env.env().items() if k.startswith("AWS_")}
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "LANG": "C.UTF-8"}
     env |= {k: on_host(v, mounts) for k, v in dockerfile_env().items()}
-    for var in pod_env:  # the Secret's keys by reference: their values come from the server
-        env[var["name"]] = on_host(var["value"], mounts) if "value" in var else secret[var["name"]]
+    resources = manifest["spec"]["trainer"]["resourcesPerNode"]  # the node container's
+    for var in pod_env:
+        env[var["name"]] = _value(var, resources, secret, mounts)
     env |= {  # what the Trainer's torch runtime gives the node (one node, one process)
         "PET_NNODES": "1",
         "PET_NPROC_PER_NODE": "1",
