@@ -16,7 +16,9 @@ from pathlib import Path
 import ray
 
 
-@ray.remote(num_cpus=1)
+# SPREAD: over the nodes as they are, not packed onto the first node whose worker is ready
+# (tiny tasks on a busy machine could all finish there before the other node's worker started).
+@ray.remote(num_cpus=1, scheduling_strategy="SPREAD")
 def count(lo: int, hi: int) -> tuple[int, str]:
     """Primes in [lo, hi) by trial division, and which node counted them."""
     found = 0
