@@ -14,11 +14,11 @@ from __future__ import annotations
 import fcntl
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 from tests.containers.example_images import CACHE
 from tests.containers.podman import Podman
+from tests.containers.registry import run_image_copy
 
 LAYOUTS = CACHE / "oci-layouts"
 TAG = "image"
@@ -38,28 +38,13 @@ def oci_layout(podman: Podman, image: str) -> str:
         if not layout.is_dir():
             partial = folder / f".{layout.name}.partial"
             shutil.rmtree(partial, ignore_errors=True)
-            _copy(podman, f"containers-storage:{image_id}", f"oci:{partial}:{TAG}")
+            copy = ["skopeo", "copy", "--quiet", f"containers-storage:{image_id}"]
+            run_image_copy([*copy, f"oci:{partial}:{TAG}"], podman.env, COPY_TIMEOUT_S)
             partial.rename(layout)
         for other in folder.iterdir():  # an older build's layout, or an interrupted copy
             if other.is_dir() and other != layout:
                 shutil.rmtree(other, ignore_errors=True)
     return f"oci:{layout}:{TAG}"
-
-
-def _copy(podman: Podman, source: str, destination: str) -> None:
-    result = subprocess.run(
-        ["skopeo", "copy", "--quiet", source, destination],
-        env=podman.env,
-        capture_output=True,
-        text=True,
-        timeout=COPY_TIMEOUT_S,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise AssertionError(
-            f"skopeo copy {source} {destination} exited {result.returncode}:\n"
-            f"{result.stderr[-3000:]}"
-        )
 
 
 def layout_path(reference: str) -> Path:

@@ -118,7 +118,7 @@ class LocalRegistry:
         if self.username is not None:
             command += ["--dest-creds", f"{self.username}:{self.password}"]
         command += [source, f"docker://{self.image(name)}"]
-        _run_push(command, os.environ)
+        run_image_copy(command, os.environ)
         return self.image(name)
 
     def push_podman_image(
@@ -143,17 +143,21 @@ class LocalRegistry:
         if self.username is not None:
             command += ["--creds", f"{self.username}:{self.password}"]
         command += [source, f"docker://{self.image(name)}"]
-        _run_push(command, {**os.environ, **(env or {})})
+        run_image_copy(command, {**os.environ, **(env or {})})
         return self.image(name)
 
 
-def _run_push(command: list[str], env: Mapping[str, str]) -> None:
+def run_image_copy(
+    command: list[str], env: Mapping[str, str], timeout: float = PUSH_TIMEOUT_S
+) -> None:
+    """Run a copy of an image (``skopeo copy``, ``podman push``); a failure names the tool, the
+    source and the destination only (the command may hold credentials) with its error's tail."""
     result = subprocess.run(
-        command, capture_output=True, text=True, env=dict(env), timeout=PUSH_TIMEOUT_S, check=False
+        command, capture_output=True, text=True, env=dict(env), timeout=timeout, check=False
     )
-    if result.returncode != 0:  # source and destination only: the command has credentials
+    if result.returncode != 0:
         raise AssertionError(
-            f"{Path(command[0]).name} push failed (exit {result.returncode}): "
+            f"{Path(command[0]).name} copy failed (exit {result.returncode}): "
             f"{' '.join(command[-2:])}\n{result.stderr[-2000:]}"
         )
 
