@@ -2,6 +2,10 @@
 Ray tasks spread over the cluster's worker nodes count the primes below ``--limit`` in
 ``--chunks`` ranges, and the driver checks the total and writes it to ``--output``.
 
+The tasks go to a placement group of one CPU on each node that has CPUs (``STRICT_SPREAD``):
+Ray's ``SPREAD`` strategy is a preference, and tiny tasks on a busy machine all ran on the
+first node whose worker was ready.
+
     python examples/ray/count_primes.py --limit 200000 --chunks 8 --output /tmp/out/primes.json
 """
 
@@ -14,11 +18,13 @@ import socket
 from pathlib import Path
 
 import ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+PLACEMENT_TIMEOUT_S = 120
 
 
-# SPREAD: over the nodes as they are, not packed onto the first node whose worker is ready
-# (tiny tasks on a busy machine could all finish there before the other node's worker started).
-@ray.remote(num_cpus=1, scheduling_strategy="SPREAD")
+@ray.remote(num_cpus=1)
 def count(lo: int, hi: int) -> tuple[int, str]:
     """Primes in [lo, hi) by trial division, and which node counted them."""
     found = 0
@@ -35,9 +41,19 @@ def main() -> int:
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()
     ray.init()  # the cluster of RAY_ADDRESS (KubeRay's, or the local backend's)
+    with_cpus = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= 1]
+    group = placement_group([{"CPU": 1}] * len(with_cpus), strategy="STRICT_SPREAD")
+    ray.get(group.ready(), timeout=PLACEMENT_TIMEOUT_S)
     step = -(-args.limit // args.chunks)
     results = ray.get(
-        [count.remote(i, min(i + step, args.limit)) for i in range(0, args.limit, step)]
+        [
+            count.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    group, placement_group_bundle_index=chunk % len(with_cpus)
+                )
+            ).remote(lo, min(lo + step, args.limit))
+            for chunk, lo in enumerate(range(0, args.limit, step))
+        ]
     )
     total = sum(n for n, _ in results)
     nodes = sorted({node for _, node in results})
