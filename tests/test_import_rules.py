@@ -87,3 +87,35 @@ def test_every_first_party_import_inside_a_function_says_why():
 )
 def test_the_rule_flags_exactly_the_unexplained_ones(body, flagged):
     assert bool(unexplained_imports(textwrap.dedent(body))) is flagged
+
+
+NO_TORCH_MODULES = (
+    "components.launcher.__main__",  # `python -m components.launcher`
+    "components.launcher.step",  # the launcher's KFP step
+    "components.launcher.backends.kubernetes",
+    "components.launcher.backends.local",
+    "components.s3_sync.__main__",  # the S3 sync step and the staging init container
+    "pipelines.cli",  # `kfp-ddp`
+)
+"""Modules whose processes never train: the launcher's pod (it talks to the Kubernetes API),
+the staging init containers, the CLI. Importing torch costs each ~3 s of CPU and ~300 MB."""
+
+
+def test_the_processes_that_never_train_do_not_import_torch():
+    """Checked in a fresh interpreter: a function-level ``import torch`` (the only ones these
+    modules reach) is fine; one at the top of anything they import is not."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, sys\n"
+        f"for name in {NO_TORCH_MODULES!r}:\n"
+        "    importlib.import_module(name)\n"
+        "    heavy = sorted(m for m in ('torch', 'torchvision') if m in sys.modules)\n"
+        "    if heavy:\n"
+        "        print(name, 'imports', *heavy); break\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout == "", out.stdout

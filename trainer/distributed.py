@@ -29,13 +29,11 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from trainer.cpu_request import requested_cpus
 from trainer.errors import ConfigError
 from trainer.stop_file import STOP_FILE_ENV
 
 T = TypeVar("T")
-CPU_REQUEST_ENV = "KFP_DDP_CPU_REQUEST"
-"""The training container's CPU request in whole CPUs, rounded up: the launcher's pods set it
-from the Downward API (``resourceFieldRef: requests.cpu``); the compute threads stay within it."""
 
 
 @dataclass(frozen=True)
@@ -151,13 +149,6 @@ def processes_on_this_machine(env: DistEnv) -> int:
     if env.master_addr in ("127.0.0.1", "localhost", "::1"):
         return max(env.world_size, env.local_world_size)
     return env.local_world_size
-
-
-def requested_cpus(environ: Mapping[str, str] = os.environ) -> int | None:
-    """The pod's CPU request in whole CPUs (``CPU_REQUEST_ENV``, which the launcher's pods set
-    from the Downward API, rounded up), or None: not set, or not a positive whole number."""
-    text = environ.get(CPU_REQUEST_ENV, "").strip()
-    return int(text) if text.isdigit() and int(text) > 0 else None
 
 
 def configure_cpu_threads(env: DistEnv) -> int:

@@ -28,7 +28,8 @@ import sys
 from collections.abc import Mapping
 
 from kfp_ddp.console import whole_lines
-from trainer.distributed import CPU_REQUEST_ENV, HOSTFILE_ENV, MPI_PORT, read_hostfile
+from trainer.cpu_request import CPU_REQUEST_ENV
+from trainer.distributed import HOSTFILE_ENV, MPI_PORT, read_hostfile
 from trainer.errors import EXIT_CONFIG, ConfigError
 
 NOT_FORWARDED = ("HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", "TERM", CPU_REQUEST_ENV)

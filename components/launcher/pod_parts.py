@@ -22,7 +22,7 @@ from components.launcher.spec import (
     TrainSpec,
 )
 from components.s3_sync.hash_cache import CACHE_ENV
-from trainer.distributed import CPU_REQUEST_ENV
+from trainer.cpu_request import CPU_REQUEST_ENV
 
 SHM_VOLUME = "dshm"
 STAGE_VOLUME = "staged-data"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from trainer.cpu_request import CPU_REQUEST_ENV
 from trainer.distributed import DistEnv, dist_env_from
 from trainer.errors import ConfigError
 
@@ -121,7 +122,7 @@ def test_compute_threads_stay_within_the_pods_cpu_request(monkeypatch, request_e
     import trainer.distributed as distributed
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.delenv(distributed.CPU_REQUEST_ENV, raising=False)
+    monkeypatch.delenv(CPU_REQUEST_ENV, raising=False)
     for name, value in request_env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(distributed, "available_cpus", lambda: 8)
@@ -139,7 +140,7 @@ def test_omp_num_threads_wins_over_the_cpu_request(monkeypatch):
     import trainer.distributed as distributed
 
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    monkeypatch.setenv(distributed.CPU_REQUEST_ENV, "1")
+    monkeypatch.setenv(CPU_REQUEST_ENV, "1")
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(3)  # what OMP_NUM_THREADS=3 gives a fresh process
