@@ -10,7 +10,13 @@ import pytest
 
 from tests import kfp_caller_name
 from tests.image_data import write_image_folder
-from tests.node_scheduling import OneNodeWorkerScheduling, is_node_test
+from tests.node_scheduling import (
+    PLANE_FIXTURES,
+    ClusterOwnerScheduling,
+    file_of,
+    is_node_test,
+    uses_a_plane,
+)
 
 pytest_plugins = [
     "tests.cluster.plugin",
@@ -28,11 +34,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)  # without xdist (-p no:xdist) there is no such hook
 def pytest_xdist_make_scheduler(config, log):
-    """The real node's tests on one worker (tests/node_scheduling.py)."""
-    return OneNodeWorkerScheduling(config, log)
+    """The real node's and the control planes' tests on one worker (tests/node_scheduling.py)."""
+    return ClusterOwnerScheduling(config, log)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the tests marked ``slow`` first (otherwise in collection order).
 
     With ``-n 2`` a long test that starts last leaves the other worker idle until it ends; started
@@ -45,6 +51,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             raise pytest.UsageError(
                 f"{item.nodeid}: tests marked 'node' belong in files named test_real_node*.py "
                 "(and only they): tests/node_scheduling.py keeps those on one worker"
+            )
+        planes = PLANE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if planes and not uses_a_plane(config.rootpath / file_of(item.nodeid)):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses a control plane ({', '.join(sorted(planes))}) through a "
+                "fixture of another file: take the plane fixture in a function of the test's "
+                "own file, so that tests/node_scheduling.py sees it from the file"
             )
     items.sort(
         key=lambda item: (

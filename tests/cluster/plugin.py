@@ -1,7 +1,9 @@
 """Pytest fixtures of the real control plane (registered in tests/conftest.py).
 
-- ``cluster`` (one per test process): the whole plane — API server, controller-manager, JobSet,
-  Kubeflow Trainer, Training Operator, the Prometheus Operator's CRDs — and its kubelet.
+- ``cluster`` (one per test process; with xdist the tests that use a plane all run on one
+  worker, tests/node_scheduling.py, so one per session): the whole plane — API server,
+  controller-manager, JobSet, Kubeflow Trainer, Training Operator, the Prometheus Operator's
+  CRDs — and its kubelet.
 - ``clusters``: planes with fewer parts, started on first use and kept for the session (a cluster
   that serves only the Training Operator's APIs, or none, for discovery tests).
 - ``k8s``: a fresh namespace of ``cluster`` per test, the launcher's ServiceAccount bound to the
