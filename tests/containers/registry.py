@@ -110,11 +110,17 @@ class LocalRegistry:
         full name."""
         return self._skopeo_push(reference, name)
 
+    def pull_oci_layout(self, image: str, folder: Path) -> Path:
+        """Pull ``image`` (a full name in this registry) into the OCI layout ``folder`` with
+        skopeo: every blob downloaded and checked against its digest, nothing unpacked."""
+        command = [_skopeo(), "copy", "--quiet", "--src-tls-verify=false"]
+        if self.username is not None:
+            command += ["--src-creds", f"{self.username}:{self.password}"]
+        run_image_copy([*command, f"docker://{image}", f"oci:{folder}:pulled"], os.environ)
+        return folder
+
     def _skopeo_push(self, source: str, name: str) -> str:
-        skopeo = shutil.which("skopeo")
-        if skopeo is None:
-            pytest.skip(f"no skopeo to push test images: {HOW_TO_GET}")
-        command = [skopeo, "copy", "--quiet", "--all", "--dest-tls-verify=false"]
+        command = [_skopeo(), "copy", "--quiet", "--all", "--dest-tls-verify=false"]
         if self.username is not None:
             command += ["--dest-creds", f"{self.username}:{self.password}"]
         command += [source, f"docker://{self.image(name)}"]
@@ -145,6 +151,14 @@ class LocalRegistry:
         command += [source, f"docker://{self.image(name)}"]
         run_image_copy(command, {**os.environ, **(env or {})})
         return self.image(name)
+
+
+def _skopeo() -> str:
+    """skopeo's path; without it the test skips, saying how to get it."""
+    skopeo = shutil.which("skopeo")
+    if skopeo is None:
+        pytest.skip(f"no skopeo to copy test images: {HOW_TO_GET}")
+    return skopeo
 
 
 def run_image_copy(

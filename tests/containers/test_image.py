@@ -14,8 +14,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,6 @@ from components.launcher.pod_paths import SCRATCH_DIRS
 from tests import yaml_fast
 from tests.containers.layouts import layout_path, oci_layout
 from tests.containers.podman import REPO
-from tests.containers.registry import run_image_copy
 
 pytestmark = pytest.mark.slow
 
@@ -189,13 +186,7 @@ def test_the_cpu_image_pushed_to_a_registry_is_found_by_the_image_check_and_pull
     check_images([pushed], what="kfp-ddp upload", find=lambda *_: None)
     with pytest.raises(ImageMissing, match=r"kfp-ddp:no-such-tag"):
         check_images([f"{oci_registry.host}/kfp-ddp:no-such-tag"], what="kfp-ddp upload")
-    pulled = tmp_path / "pulled"
-    skopeo = shutil.which("skopeo") or "skopeo"  # the push above needed it
-    source = f"docker://{pushed}"
-    run_image_copy(
-        [skopeo, "copy", "--quiet", "--src-tls-verify=false", source, f"oci:{pulled}:pulled"],
-        os.environ,
-    )
+    pulled = oci_registry.pull_oci_layout(pushed, tmp_path / "pulled")
     (entry,) = json.loads((pulled / "index.json").read_text())["manifests"]
     manifest = json.loads(_blob(pulled, entry["digest"]))
     built = podman.run("image", "inspect", "--format", "{{.Id}}", cpu_image).stdout.strip()
