@@ -58,7 +58,6 @@ def test_a_nightly_run_warm_starts_from_the_last_published_model(s3, tmp_path, c
     assert pointer is not None and pointer.uri == first.published_uri
     first_curve = _val_curve(first)
     first_accuracy = first_curve[-1][1]
-    first_steps = first_curve[-1][0]
 
     second = run_local(arguments, workspace=tmp_path / "ws2")
     said = capsys.readouterr().out
@@ -70,8 +69,14 @@ def test_a_nightly_run_warm_starts_from_the_last_published_model(s3, tmp_path, c
     start = summary["starting_weights"]
     assert start["uri"] == f"{first.published_uri}weights.pt", start
     second_curve = _val_curve(second)
-    reached = next(step for step, accuracy in second_curve if accuracy >= first_accuracy - 0.005)
     print(f"first run: {first_curve}; warm-started run: {second_curve}")
-    assert reached < first_steps, (first_curve, second_curve)
+    # Ahead at every evaluation (once per epoch, at the same steps): any accuracy the first run
+    # had reached by a step, the warm start had passed by then. Where exactly it crosses the
+    # first run's last accuracy depends on the CPU's arithmetic (a few steps at lr 0.1 on 719
+    # images): on one machine at its first evaluation (0.82), on another at its last (0.94).
+    assert [step for step, _ in second_curve] == [step for step, _ in first_curve]
+    for (step, cold), (_, warm) in zip(first_curve, second_curve, strict=True):
+        assert warm > cold, (step, first_curve, second_curve)
+    assert second_curve[-1][1] >= first_accuracy, (first_curve, second_curve)
     assert second.passed is True  # gated against the first model, and not worse
     assert read_pointer(publish_uri).uri == second.published_uri
