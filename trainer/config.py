@@ -133,7 +133,9 @@ class TrainConfig:
     num_workers: int | None = None
     """DataLoader workers per process (default: 0 on CPU, a share of the cores on GPU)."""
     image_size: int = 224
-    """Square input size; images are resized (shorter side) and centre-cropped to it."""
+    """Square input size; images are resized (shorter side) and centre-cropped to it. 224 is
+    the size torchvision's ImageNet weights were trained at; smaller is faster and less accurate,
+    even for small pictures (README, Performance: Recipes)."""
     augment: str = "auto"
     """Training augmentation: none, crop (random crop), crop-flip (+ horizontal flip), or auto:
     crop-flip unless a mirror changes the classes (digits, letters, signs), judged before step 1

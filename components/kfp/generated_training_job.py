@@ -82,7 +82,7 @@ def training_job_component(
         epochs: --epochs: Passes over the training data.
         batch_size: --batch-size: Images per step per process (global batch = batch_size x world size).
         lr: --lr: Base learning rate per 256 images, scaled linearly by the global batch (default: sgd 0.1, adamw 0.001).
-        image_size: --image-size: Square input size; images are resized (shorter side) and centre-cropped to it.
+        image_size: --image-size: Square input size; images are resized (shorter side) and centre-cropped to it. 224 is the size torchvision's ImageNet weights were trained at; smaller is faster and less accurate, even for small pictures (README, Performance: Recipes).
         checkpoint_every_steps: --checkpoint-every-steps: Save a checkpoint every N steps (also at the end and on SIGTERM); 0: only those.
         label_smoothing: --label-smoothing: Label smoothing of the cross-entropy loss, in [0, 1).
         skip_bad_images: --skip-bad-images: Train without the images that cannot be read (named in the run log and in summary.json's skipped_images); default: stop before step 1, listing every one of them.

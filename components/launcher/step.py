@@ -84,10 +84,6 @@ LR_DEFAULT_WHY = (
     "the trainer's default depends on --optimizer (sgd 0.1, adamw 0.001); the pipeline trains "
     "with sgd unless trainer_args says otherwise, so it says 0.1"
 )
-IMAGE_SIZE_DEFAULT_WHY = (
-    "small and quick on purpose: a first run on CPUs ends in minutes (photos want 224, the "
-    "trainer's default)"
-)
 CHECKPOINT_DEFAULT_WHY = (
     "pipeline pods are preempted and retried: more frequent checkpoints lose less of a run "
     "than the trainer's 500"
@@ -177,9 +173,7 @@ class TrainingStepInputs:
     epochs: int | None = trainer_setting("epochs")
     batch_size: int | None = trainer_setting("batch_size")
     lr: float | None = trainer_setting("lr", pipeline_default=0.1, why=LR_DEFAULT_WHY)
-    image_size: int | None = trainer_setting(
-        "image_size", pipeline_default=32, why=IMAGE_SIZE_DEFAULT_WHY
-    )
+    image_size: int | None = trainer_setting("image_size")
     checkpoint_every_steps: int | None = trainer_setting(
         "checkpoint_every_steps", pipeline_default=200, why=CHECKPOINT_DEFAULT_WHY
     )
