@@ -92,6 +92,11 @@ FASHION_RECIPES = [
         "auto, mobilenet_v3_small, 64 px",
         ["--augment", "auto", "--image-size", "64", "--model", "mobilenet_v3_small"],
     ),
+    Recipe(
+        "auto, mobilenet_v3_small, 64 px, adamw",
+        ["--augment", "auto", "--image-size", "64", "--model", "mobilenet_v3_small"]
+        + ["--optimizer", "adamw", "--lr", "0.001"],
+    ),
 ]
 """What the pipeline's defaults choose, on real photographs (the first: the 0.2.0 defaults)."""
 
