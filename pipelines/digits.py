@@ -17,8 +17,8 @@ from kfp_ddp.atomic_files import write_atomic
 CLASS_NAMES = tuple(str(d) for d in range(10))
 
 
-def _write_png_atomically(pixels: np.ndarray, path: Path) -> None:
-
+def write_grey_png(pixels: np.ndarray, path: Path) -> None:
+    """Write 8-bit grey ``pixels`` to ``path`` as a PNG, atomically."""
     image = Image.fromarray(pixels, mode="L")
     write_atomic(path, lambda handle: image.save(handle, format="PNG", optimize=False))
 
@@ -53,6 +53,6 @@ def write_digits_image_folder(
             path.parent.mkdir(parents=True, exist_ok=True)
             small = Image.fromarray((digits.images[i] * (255.0 / 16.0)).astype(np.uint8), mode="L")
             big = small.resize((image_size, image_size), Image.Resampling.BILINEAR)
-            _write_png_atomically(np.asarray(big), path)
+            write_grey_png(np.asarray(big), path)
         counts[split] = len(split_idx)
     return counts

