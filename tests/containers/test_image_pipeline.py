@@ -15,6 +15,7 @@ the data step stages the data set onto it and the trainer reads it there.
 
 from __future__ import annotations
 
+import secrets
 import time
 
 import pytest
@@ -109,6 +110,10 @@ def test_every_step_of_the_pipeline_runs_in_the_image(
     monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path / "sync-cache"))
     sync(str(data), f"s3://{bucket}/data")
 
+    # This run's containers, to remove at the end: not tmp_path.name, which pytest cuts to 30
+    # characters (both parametrizations were "test_every_step_of_the_pipelin0" on their workers,
+    # and one test's clean-up removed the other's running step).
+    run_label = secrets.token_hex(8)
     workspace = tmp_path / "ws"  # the pipeline root: kfp.local mounts it at the same path
     workspace.mkdir()
     workspace.chmod(0o777)
@@ -119,7 +124,7 @@ def test_every_step_of_the_pipeline_runs_in_the_image(
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
         shm_size="256m",
-        labels={TEST_LABEL: tmp_path.name},
+        labels={TEST_LABEL: run_label},
         mounts=_scratch_mounts(tmp_path),
         environment={**bridge_s3.env(), NODES_DIR_ENV: str(workspace / "nodes")},
     )
@@ -129,7 +134,7 @@ def test_every_step_of_the_pipeline_runs_in_the_image(
     )
     request.addfinalizer(
         lambda: podman.run(
-            "rm", "--force", "--filter", f"label={TEST_LABEL}={tmp_path.name}", check=False
+            "rm", "--force", "--filter", f"label={TEST_LABEL}={run_label}", check=False
         )
     )
     pipeline(
