@@ -7,8 +7,9 @@ started on ports and folders of the test session's own:
   from CNI's bridge + host-local plugins, without masquerading or firewall rules (the host's
   iptables stay as they are, and pods reach nothing outside this machine); servers the pods need
   (the test S3 server, CoreDNS) listen on the node's address;
-* containerd (state, runc state, CNI configuration, everything under the session's folder)
-  pulling from the tests' loopback registry over http, the pause image included;
+* containerd (state, runc state, CNI configuration under the session's folder; its image store
+  kept between sessions, :mod:`tests.cluster.image_store`) pulling from the tests' loopback
+  registry over http, the pause image included;
 * the kubelet, registered as ``node_name`` with the plane's node token, authenticating the API
   server's client certificate (``pods/log``, ``exec``); both inside one private mount namespace
   where the three sysctls the kubelet would rewrite are bind-mounted with its values, so the
@@ -18,7 +19,7 @@ started on ports and folders of the test session's own:
 
 :meth:`RealNode.stop` leaves nothing behind: pods deleted, containers killed, processes stopped,
 the bridge, the ``kubepods`` cgroups and containerd's ``/run/containerd/s`` removed (the mounts
-die with the mount namespace).
+die with the mount namespace); of the image store only the images the session pulled are kept.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ import socket
 import subprocess
 import textwrap
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from tests.cluster.control_plane import ENVTEST_CONFIG, ControlPlane, free_ports
+from tests.cluster.image_store import ImageStore
 from tests.cluster.processes import Component, StartupError, log_tail
 
 BRIDGE = "kfpnode0"
@@ -117,6 +120,8 @@ class RealNode:
     registry: str
     """``127.0.0.1:PORT`` of a plain-http registry containerd pulls from."""
     pause_image: str
+    store: ImageStore = field(default_factory=ImageStore)
+    """containerd's root: images pulled by an earlier session stay unpacked there."""
     components: list[Component] = field(default_factory=list)
     namespace_process: subprocess.Popen | None = None
     ports: dict[str, int] = field(default_factory=dict)
@@ -135,6 +140,7 @@ class RealNode:
         began = time.monotonic()
         try:
             self._bridge()
+            self.store.claim()
             names = ("kubelet", "kubelet_healthz", "scheduler", "dns_health", "dns_ready")
             self.ports = dict(zip(names, free_ports(len(names)), strict=True))
             self._write_configuration()
@@ -174,7 +180,7 @@ class RealNode:
         return textwrap.dedent(
             f"""\
             version = 2
-            root = "{f}/root"
+            root = "{self.store.root}"
             state = "{f}/state"
             disabled_plugins = [{DISABLED_SNAPSHOTTERS}]
             [grpc]
@@ -384,8 +390,9 @@ class RealNode:
     def stop(self) -> None:
         """Everything this node started, and every trace of it on the host, gone."""
         self._kill_containers()
-        for name in ("kubelet", "containerd"):
-            self._stop_pid(self.folder / f"{name}.pid")
+        self._stop_pid(self.folder / "kubelet.pid")
+        self._forget_containers()
+        self._stop_pid(self.folder / "containerd.pid")
         if self.namespace_process is not None:
             try:
                 self.namespace_process.wait(timeout=15)
@@ -393,6 +400,7 @@ class RealNode:
                 os.killpg(self.namespace_process.pid, signal.SIGKILL)
                 self.namespace_process.wait(timeout=15)
         self._kill_shims()
+        self.store.release()
         for component in reversed(self.components):
             component.stop()
         self.components.clear()
@@ -404,11 +412,15 @@ class RealNode:
         with _suppress_oserror():
             CONTAINER_LOGS.rmdir()
 
+    @property
+    def _ctr(self) -> list[str]:
+        return ["ctr", "--address", str(self.socket), "--namespace", "k8s.io"]
+
     def _kill_containers(self) -> None:
         """Every task of this node's containerd killed (its pods' processes)."""
         if not self.socket.exists():
             return
-        ctr = ["ctr", "--address", str(self.socket), "--namespace", "k8s.io"]
+        ctr = self._ctr
         listed = subprocess.run(
             [*ctr, "tasks", "ls", "-q"], capture_output=True, text=True, timeout=30
         )
@@ -423,6 +435,16 @@ class RealNode:
             if "RUNNING" not in listed.stdout:
                 return
             time.sleep(0.2)
+
+    def _forget_containers(self) -> None:
+        """The kubelet gone, containerd still up: the image store keeps only images."""
+        if not self.socket.exists():
+            return
+        try:
+            self.store.forget(self._ctr)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            # The store is emptied when the next node starts; the stop goes on.
+            warnings.warn(f"the node's image store is emptied next start: {exc}", stacklevel=2)
 
     @staticmethod
     def _stop_pid(path: Path) -> None:
@@ -451,6 +473,13 @@ class RealNode:
         for pid in found.stdout.split():
             with _suppress_oserror():
                 os.kill(int(pid), signal.SIGKILL)
+
+    def image_names(self) -> list[str]:
+        """The references of the images containerd holds (names and IDs)."""
+        listed = subprocess.run(
+            [*self._ctr, "images", "ls", "-q"], capture_output=True, text=True, timeout=30
+        )
+        return listed.stdout.split()
 
     def node_processes(self) -> list[str]:
         """This node's containerd, kubelet and shim processes still running (for the tests)."""

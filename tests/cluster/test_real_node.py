@@ -1,5 +1,5 @@
 """The real node itself: a pod of our image pulled from the loopback registry runs as UID 1000,
-its logs come through the API server, a headless Service's pod resolves by name from another."""
+its logs come through the API server."""
 
 from __future__ import annotations
 
@@ -57,3 +57,6 @@ def test_a_pod_of_our_image_runs_and_its_log_comes_through_the_api_server(node_c
     assert done.status.phase == "Succeeded", log
     assert "uid=1000(kfp-ddp)" in log and "Usage: kfp-ddp" in log
     assert done.spec.node_name == node_cluster.node.name  # placed by the real scheduler
+    # Pulled this session, by its name in this session's registry: the image store kept between
+    # sessions holds no names (tests/cluster/image_store.py), only unpacked layers.
+    assert node_cluster.image in node_cluster.node.image_names()
