@@ -10,7 +10,8 @@
   checkout's run) wait for that node to be gone, since two nodes would share the bridge, the
   ports and containerd's state;
 * ``node_k8s``: a fresh namespace enforcing ``restricted`` on it, the launcher's ServiceAccount
-  bound to the rendered Role there.
+  bound to the rendered Role there (``restricted_namespace`` makes more, e.g. for a module's
+  fixture on ``node_cluster_for_module``).
 
 Root and the Debian packages (containerd, runc, containernetworking-plugins, podman, skopeo,
 docker-registry) are needed, and the kubelet, kube-scheduler and CoreDNS binaries of
@@ -185,6 +186,13 @@ def node_cluster(tmp_path_factory, podman, cpu_image, oci_registry) -> NodeClust
     return RUNNING.get(tmp_path_factory, podman, cpu_image, oci_registry)
 
 
+@pytest.fixture(scope="module")
+def node_cluster_for_module(tmp_path_factory, podman, cpu_image, oci_registry) -> NodeCluster:
+    """The same node, for a module's own fixtures (e.g. jobs started together, judged by
+    separate tests, which still ask for ``node_cluster``)."""
+    return RUNNING.get(tmp_path_factory, podman, cpu_image, oci_registry)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     yield  # the test's own fixtures (its namespace) are gone by now
@@ -255,6 +263,17 @@ def started_node(tmp_path_factory, podman, cpu_image, oci_registry, binaries):
             node.stop()
         if plane is not None:
             plane.stop()
+
+
+@contextmanager
+def restricted_namespace(node_cluster: NodeCluster, hint: str) -> Iterator[Namespace]:
+    """A namespace enforcing ``restricted`` on the node's plane, deleted on exit."""
+    cluster = node_cluster.cluster
+    namespace = Namespace(cluster, cluster.create_namespace(hint, pod_security="restricted"))
+    try:
+        yield namespace
+    finally:
+        cluster.delete_namespace(namespace.name)
 
 
 @pytest.fixture

@@ -14,14 +14,20 @@ import base64
 import json
 import subprocess
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack
+from dataclasses import dataclass
 
 import pytest
 
 from components.launcher import JobFailed, job_api, run_job
 from components.launcher.backends.kubernetes import granted_permissions
+from components.launcher.spec import TrainSpec
 from components.launcher.spec_rules import NODE_OUTPUT, STAGED_DATA
 from components.s3_sync import sync
+from tests.cluster.node_plugin import restricted_namespace
+from tests.cluster.plugin import Namespace
 from tests.image_data import write_image_folder
 from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, jobs, options, refused, spec
 
@@ -246,82 +252,110 @@ def test_a_deleted_pod_and_a_killed_container_both_resume_from_s3(node_cluster, 
 
 
 BAD_INPUT = "bad input: no such column"
+SMALL_JOB = {"workers": 1, "cpu_request": "250m", "memory_request": "512Mi"}
+FILL_TMP = "dd if=/dev/zero of=/tmp/fill bs=1M count=1100 status=none; sleep 300"  # /tmp: 1Gi
 
 
-def test_a_permanent_failure_is_suspended_and_its_retry_creates_nothing(node_cluster, node_k8s):
+@dataclass
+class FailingJob:
+    """A job that fails on the node, started by :func:`failing_jobs`, judged by its test."""
+
+    ns: Namespace
+    job: TrainSpec
+    began: float
+    outcome: Future
+
+
+def _failing_jobs(node_cluster) -> dict[str, tuple[dict, dict]]:
+    """Each failing job's spec arguments and launcher options, by name."""
+    image = node_cluster.image
+    watchdog = {"timeout_s": 240, "pending_timeout_s": 10, "watchdog_fails": True}
+    exit_3 = f"echo '{BAD_INPUT}' >&2; exit 3"  # a program's own error
+    as_root = {"run_as_user": None, "run_as_group": None}  # runAsNonRoot, no runAsUser given
+    return {
+        "exit-3": ({"image": image, "command": ["sh", "-c", exit_3]}, {"timeout_s": 300}),
+        "evicted": ({"image": image, "command": ["sh", "-c", FILL_TMP]}, {"timeout_s": 240}),
+        "missing-image": ({"image": image.rsplit(":", 1)[0] + ":no-such-tag"}, watchdog),
+        "root-image": (
+            {"image": node_cluster.root_image, "command": ["/pause"], **as_root},
+            watchdog,
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def failing_jobs(node_cluster_for_module) -> Iterator[dict[str, FailingJob]]:
+    """The jobs that fail, started together, each in a namespace of its own: each waits on the
+    kubelet (an exit, an eviction, a pull, a refusal) rather than on the CPU, so together they
+    take about as long as the slowest (~20 s) instead of the sum (~45 s)."""
+    node_cluster = node_cluster_for_module
+    started: dict[str, FailingJob] = {}
+    with ExitStack() as stack:
+        for name, (job_kw, option_kw) in _failing_jobs(node_cluster).items():
+            ns = stack.enter_context(restricted_namespace(node_cluster, f"fault-{name}"))
+            job = spec(ns, "trainjob", **SMALL_JOB, **job_kw)
+            outcome = _in_background(
+                run_job, job, backend="kubernetes", options=options(ns, **option_kw)
+            )
+            started[name] = FailingJob(ns, job, time.monotonic(), outcome)
+        yield started
+        wait([run.outcome for run in started.values()], timeout=300)  # none left running
+
+
+def _failure(run: FailingJob, timeout: float = 300) -> BaseException:
+    error = run.outcome.exception(timeout=timeout)
+    assert error is not None, f"the job did not fail: {run.outcome.result()}"
+    return error
+
+
+def test_a_permanent_failure_is_suspended_and_its_retry_creates_nothing(node_cluster, failing_jobs):
     """Exit 3 (a program's own error): no restart, the job suspended (its pods gone) and kept
     with the reason; the step's retry re-attaches, reads it and fails in seconds."""
-    job = spec(
-        node_k8s, "trainjob", image=node_cluster.image, workers=1, cpu_request="250m",
-        memory_request="512Mi", command=["sh", "-c", f"echo '{BAD_INPUT}' >&2; exit 3"],
-    )  # fmt: skip
-    with pytest.raises(JobFailed) as err:
-        run_job(job, backend="kubernetes", options=options(node_k8s, timeout_s=300))
-    assert "exit code 3" in str(err.value) and BAD_INPUT in str(err.value)
-    (kept,) = jobs(node_k8s, "trainjob")
+    run = failing_jobs["exit-3"]
+    error = _failure(run)
+    assert isinstance(error, JobFailed), error
+    assert "exit code 3" in str(error) and BAD_INPUT in str(error)
+    (kept,) = jobs(run.ns, "trainjob")
     api = job_api("trainjob")
     assert api.suspended(kept) and api.permanent_failure(kept)
-    _wait_for(lambda: not _job_pods(node_k8s, "trainjob"), 60, "the suspended job's pods to go")
+    _wait_for(lambda: not _job_pods(run.ns, "trainjob"), 60, "the suspended job's pods to go")
     began = time.monotonic()
     with pytest.raises(JobFailed, match="exit code 3"):
-        run_job(job, backend="kubernetes", options=options(node_k8s, timeout_s=300))
+        run_job(run.job, backend="kubernetes", options=options(run.ns, timeout_s=300))
     assert time.monotonic() - began < 20
-    assert not _job_pods(node_k8s, "trainjob")  # nothing allocated again
-    (again,) = jobs(node_k8s, "trainjob")
+    assert not _job_pods(run.ns, "trainjob")  # nothing allocated again
+    (again,) = jobs(run.ns, "trainjob")
     assert again["metadata"]["uid"] == kept["metadata"]["uid"]
 
 
 def test_a_pod_over_its_emptydir_size_limit_is_evicted_and_the_launcher_says_so(
-    node_cluster, node_k8s
+    node_cluster, failing_jobs
 ):
     """A program filling /tmp past its emptyDir's sizeLimit: the kubelet evicts the pod. It would
     be evicted again on every restart (seen: the Job made a new pod every ~15 s, each evicted),
     so the launcher stops the job at once (suspended, kept, the reason recorded), naming the
     eviction, the volume and the disk."""
-    fill = "dd if=/dev/zero of=/tmp/fill bs=1M count=1100 status=none; sleep 300"  # /tmp: 1Gi
-    job = spec(
-        node_k8s, "trainjob", image=node_cluster.image, workers=1, cpu_request="250m",
-        memory_request="512Mi", command=["sh", "-c", fill],
-    )  # fmt: skip
-    with pytest.raises(JobFailed) as err:
-        run_job(job, backend="kubernetes", options=options(node_k8s, timeout_s=240))
-    message = str(err.value)
+    run = failing_jobs["evicted"]
+    error = _failure(run)
+    assert isinstance(error, JobFailed), error
+    message = str(error)
     assert "a node was evicted for its own disk use" in message, message
     assert 'Evicted: Usage of EmptyDir volume "tmp" exceeds the limit "1Gi"' in message
     assert "the node's disk" in message and "not retried" in message
-    (kept,) = jobs(node_k8s, "trainjob")
+    (kept,) = jobs(run.ns, "trainjob")
     assert job_api("trainjob").suspended(kept) and job_api("trainjob").permanent_failure(kept)
 
 
-def test_an_image_that_does_not_exist_is_named_by_the_watchdog(node_cluster, node_k8s):
-    missing = node_cluster.image.rsplit(":", 1)[0] + ":no-such-tag"
-    job = spec(node_k8s, "trainjob", image=missing, workers=1, cpu_request="250m",
-               memory_request="512Mi")  # fmt: skip
-    began = time.monotonic()
-    with pytest.raises(Exception) as err:  # noqa: PT011 - the watchdog's failure, whatever its class
-        run_job(
-            job,
-            backend="kubernetes",
-            options=options(node_k8s, timeout_s=240, pending_timeout_s=10, watchdog_fails=True),
-        )
-    message = str(err.value)
+def test_an_image_that_does_not_exist_is_named_by_the_watchdog(node_cluster, failing_jobs):
+    run = failing_jobs["missing-image"]
+    message = str(_failure(run))  # the watchdog's failure, whatever its class
     assert "no-such-tag" in message and ("ErrImagePull" in message or "ImagePullBackOff" in message)
-    assert time.monotonic() - began < 90
+    assert run.outcome.done() and time.monotonic() - run.began < 90
 
 
-def test_an_image_whose_user_is_root_is_refused_under_run_as_non_root(node_cluster, node_k8s):
+def test_an_image_whose_user_is_root_is_refused_under_run_as_non_root(node_cluster, failing_jobs):
     """The kubelet refuses to start a root image under runAsNonRoot (no runAsUser given): the
     launcher names the kubelet's reason."""
-    job = spec(
-        node_k8s, "trainjob", image=node_cluster.root_image, workers=1, cpu_request="250m",
-        memory_request="512Mi", run_as_user=None, run_as_group=None, command=["/pause"],
-    )  # fmt: skip
-    with pytest.raises(Exception) as err:  # noqa: PT011
-        run_job(
-            job,
-            backend="kubernetes",
-            options=options(node_k8s, timeout_s=240, pending_timeout_s=10, watchdog_fails=True),
-        )
-    message = str(err.value)
+    message = str(_failure(failing_jobs["root-image"]))
     assert "CreateContainerConfigError" in message, message
     assert "container has runAsNonRoot and image will run as root" in message
