@@ -73,6 +73,10 @@ STOP_MARGIN_S = 5
 RAYLET_HEALTH = "http://localhost:52365/api/local_raylet_healthz"
 GCS_HEALTH = "http://localhost:8265/api/gcs_healthz"
 """What KubeRay's own probes ask (with wget, which our image has not: ours ask with Python)."""
+READY_AFTER_S = 2
+"""The readiness probe's first check, seconds after ``ray start``. KubeRay's default is 10, but a
+failed readiness check before Ray is up costs nothing, and KubeRay submits the job only once
+every pod is ready: a worker ready 3-5 s after it starts is then seen at once, not at 10 s."""
 
 
 def _probe(urls: tuple[str, ...], *, initial_s: int, failures: int) -> dict[str, Any]:
@@ -128,7 +132,7 @@ def _template(spec: TrainSpec, container: str, *, node: bool) -> dict[str, Any]:
     labels[JOB_LABEL] = spec.name
     # KubeRay adds wget probes to a Ray container that has none; ours need only Python.
     urls = (RAYLET_HEALTH,) if node else (RAYLET_HEALTH, GCS_HEALTH)
-    ray["readinessProbe"] = _probe(urls, initial_s=10, failures=10)
+    ray["readinessProbe"] = _probe(urls, initial_s=READY_AFTER_S, failures=10)
     ray["livenessProbe"] = _probe(urls, initial_s=30, failures=120)
     hook = stop_hook(spec) if node else None  # the head trains nothing
     if hook:

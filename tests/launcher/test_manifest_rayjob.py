@@ -61,6 +61,8 @@ def test_our_trainer_as_a_rayjob_is_valid_and_says_everything_kuberay_needs():
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         probe = container["readinessProbe"]["exec"]["command"]
         assert probe[0] == "python" and "local_raylet_healthz" in probe[2]  # no wget needed
+        # asked from the start: KubeRay submits the job only once every pod is ready
+        assert container["readinessProbe"]["initialDelaySeconds"] <= 2
     assert "gcs_healthz" in head_ray["readinessProbe"]["exec"]["command"][2]
     submitter = body["submitterPodTemplate"]["spec"]
     (container,) = submitter["containers"]
