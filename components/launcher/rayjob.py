@@ -76,7 +76,7 @@ GCS_HEALTH = "http://localhost:8265/api/gcs_healthz"
 READY_AFTER_S = 2
 """The readiness probe's first check, seconds after ``ray start``. KubeRay's default is 10, but a
 failed readiness check before Ray is up costs nothing, and KubeRay submits the job only once
-every pod is ready: a worker ready 3-5 s after it starts is then seen at once, not at 10 s."""
+every pod is ready: a worker ready a few seconds after it starts is seen then, not at 10 s."""
 
 
 def _probe(urls: tuple[str, ...], *, initial_s: int, failures: int) -> dict[str, Any]:
