@@ -12,30 +12,36 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import subprocess
 import time
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
 from components.launcher import JobFailed, job_api, run_job
 from components.launcher.backends.kubernetes import granted_permissions
-from components.launcher.spec import TrainSpec
 from components.launcher.spec_rules import NODE_OUTPUT, STAGED_DATA
 from components.s3_sync import sync
-from tests.cluster.node_plugin import restricted_namespace
 from tests.cluster.plugin import Namespace
 from tests.image_data import write_image_folder
 from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, jobs, options, refused, spec
+from tests.launcher.node_runs import (
+    SHARED_CPU,
+    NodeRun,
+    Planned,
+    in_background,
+    started_together,
+)
 
 # One real node serves them all: files named test_real_node* run on one xdist worker
 # (tests/node_scheduling.py).
 pytestmark = [pytest.mark.node, pytest.mark.slow]
 
 SECRET = "s3-credentials"
+DATASET_BYTES = 30_000
+"""At least the bytes of :func:`upload_dataset`'s data set (36 PNGs, ~20 kB)."""
 TINY = ["--model", "mobilenet_v3_small", "--image-size", "16", "--log-interval", "1"]
 
 
@@ -49,19 +55,29 @@ def s3_secret(ns, s3) -> None:
     )
 
 
-@pytest.fixture
-def dataset(node_cluster, tmp_path, monkeypatch) -> str:
-    """A tiny ImageFolder in the node's S3 server (uploaded from here, where it is reachable)."""
+def upload_dataset(node_cluster, folder: Path) -> str:
+    """A tiny ImageFolder in a new bucket of the node's S3 server (uploaded from here, where it
+    is reachable); its ``s3://`` URI."""
     s3 = node_cluster.s3
-    for name, value in s3.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path / "sync-cache"))
-    bucket = s3.create_bucket(f"data-{tmp_path.name[-10:].lower().replace('_', '-')}")
-    sync(str(write_image_folder(tmp_path / "data", per_class=8)), f"s3://{bucket}/data")
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in s3.env().items():
+            env.setenv(name, value)
+        env.setenv("S3SYNC_CACHE_DIR", str(folder / "sync-cache"))
+        bucket = s3.create_bucket(f"data-{secrets.token_hex(4)}")
+        sync(str(write_image_folder(folder / "data", per_class=8)), f"s3://{bucket}/data")
     return f"s3://{bucket}"
 
 
-def trainer_spec(ns, api: str, node_cluster, bucket_uri: str, *, extra: list[str] = (), **kw):
+@pytest.fixture
+def dataset(node_cluster, tmp_path, monkeypatch) -> str:
+    """:func:`upload_dataset` for one test (the S3 keys and a sync cache in its environment)."""
+    for name, value in node_cluster.s3.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path / "sync-cache"))
+    return upload_dataset(node_cluster, tmp_path)
+
+
+def trainer_spec(ns, api: str, node_cluster, bucket_uri: str, *, extra: Sequence[str] = (), **kw):
     return spec(
         ns,
         api,
@@ -69,7 +85,11 @@ def trainer_spec(ns, api: str, node_cluster, bucket_uri: str, *, extra: list[str
         stage_data_uri=f"{bucket_uri}/data",
         s3_endpoint=node_cluster.s3.endpoint_url,
         s3_credentials_secret=SECRET,
-        cpu_request="500m",
+        # The data set's size, as the pipeline's sync step reports it: the pods' disk is sized
+        # from it (6Gi each, not 124Gi), so that the jobs started together fit the node's disk.
+        stage_data_bytes=DATASET_BYTES,
+        checkpoint_space="1Gi",
+        cpu_request=kw.pop("cpu_request", "500m"),
         memory_request=kw.pop("memory_request", "1Gi"),
         termination_grace_period_seconds=30,
         args=[
@@ -83,24 +103,43 @@ def trainer_spec(ns, api: str, node_cluster, bucket_uri: str, *, extra: list[str
     )
 
 
-@pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])
+TRAINING_APIS = ("trainjob", "pytorchjob")
+
+
+@pytest.fixture(scope="module")
+def training_runs(node_cluster_for_module, tmp_path_factory) -> Iterator[dict[str, NodeRun]]:
+    """A TrainJob and a PyTorchJob of 2 pods each, started together (node_runs.py)."""
+    node_cluster = node_cluster_for_module
+
+    def plan(api: str) -> Callable[[Namespace], Planned]:
+        def planned(ns: Namespace) -> Planned:
+            s3_secret(ns, node_cluster.s3)
+            dataset = upload_dataset(node_cluster, tmp_path_factory.mktemp(api))
+            job = trainer_spec(ns, api, node_cluster, dataset, cpu_request=SHARED_CPU)
+            return Planned(job, {"timeout_s": 600, "cleanup": "never"}, dataset)
+
+        return planned
+
+    with started_together(node_cluster, {api: plan(api) for api in TRAINING_APIS}) as runs:
+        yield runs
+
+
+@pytest.mark.parametrize("api", TRAINING_APIS)
 def test_a_job_of_two_pods_trains_on_the_real_node_and_the_evaluation_reads_its_model(
-    node_cluster, node_k8s, dataset, api, tmp_path
+    node_cluster, training_runs, api, tmp_path, monkeypatch
 ):
-    s3_secret(node_k8s, node_cluster.s3)
-    lines: list[str] = []
-    job = trainer_spec(node_k8s, api, node_cluster, dataset)
-    result = run_job(
-        job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=600, cleanup="never")
-    )
-    log = "\n".join(lines)
+    run = training_runs[api]
+    dataset = run.dataset
+    assert dataset is not None
+    result = run.outcome.result(timeout=600)
+    log = run.log
     assert result.phase == "Succeeded", f"{result.reason}\n{log[-5000:]}"
     # Both pods staged the data set from S3 (a TrainJob node before torchrun, in its log; a
     # PyTorchJob replica in its init container) and trained together (world size 2).
-    pods = _job_pods(node_k8s, api)
+    pods = _job_pods(run.ns, api)
     assert len(pods) == 2
     for pod in pods:
-        staged = _staging_log(node_k8s, pod) if api == "pytorchjob" else log
+        staged = _staging_log(run.ns, pod) if api == "pytorchjob" else log
         assert "stage: transferred 36 of 36 files" in staged, staged[-3000:]
     summary = _summary(node_cluster, dataset)
     assert summary["world_size"] == 2 and summary["steps"] > 0
@@ -112,6 +151,9 @@ def test_a_job_of_two_pods_trains_on_the_real_node_and_the_evaluation_reads_its_
     assert any(k.startswith("run/checkpoints/step-") and k.endswith("/COMPLETE") for k in keys)
     from components.evaluate.evaluate import evaluate
 
+    for name, value in node_cluster.s3.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path / "sync-cache"))
     sync(f"{dataset}/run/output/model", str(tmp_path / "model"))
     sync(f"{dataset}/data/val", str(tmp_path / "data" / "val"))
     scored = evaluate(tmp_path / "model", tmp_path / "data")
@@ -119,8 +161,8 @@ def test_a_job_of_two_pods_trains_on_the_real_node_and_the_evaluation_reads_its_
     # The launcher needed no RBAC beyond the rendered Role: every request it made was allowed
     # and is one the Role grants (the API server's audit log; discovery and the optional reads
     # aside).
-    assert refused(node_k8s) <= OPTIONAL_READS, refused(node_k8s)
-    assert calls(node_k8s) - OPTIONAL_READS <= granted_permissions()
+    assert refused(run.ns) <= OPTIONAL_READS, refused(run.ns)
+    assert calls(run.ns) - OPTIONAL_READS <= granted_permissions()
 
 
 def _staging_log(ns, pod) -> str:
@@ -163,13 +205,6 @@ def _wait_for(predicate, timeout: float, what: str, poll: float = 0.3):
             return found
         time.sleep(poll)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def _in_background(function, *args, **kw) -> Future:
-    pool = ThreadPoolExecutor(1)
-    future = pool.submit(function, *args, **kw)
-    pool.shutdown(wait=False)
-    return future
 
 
 def _checkpoints(node_cluster, bucket_uri: str) -> list[str]:
@@ -218,7 +253,7 @@ def test_a_deleted_pod_and_a_killed_container_both_resume_from_s3(node_cluster, 
         print(f"[{time.monotonic() - began:6.1f} s] {name}", flush=True)
 
     job = trainer_spec(node_k8s, "pytorchjob", node_cluster, dataset, extra=SLOW_STEPS)
-    future = _in_background(
+    future = in_background(
         run_job, job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=600)
     )
     _wait_for(lambda: _checkpoints(node_cluster, dataset) or future.done(), 300, "a checkpoint")
@@ -256,16 +291,6 @@ SMALL_JOB = {"workers": 1, "cpu_request": "250m", "memory_request": "512Mi"}
 FILL_TMP = "dd if=/dev/zero of=/tmp/fill bs=1M count=1100 status=none; sleep 300"  # /tmp: 1Gi
 
 
-@dataclass
-class FailingJob:
-    """A job that fails on the node, started by :func:`failing_jobs`, judged by its test."""
-
-    ns: Namespace
-    job: TrainSpec
-    began: float
-    outcome: Future
-
-
 def _failing_jobs(node_cluster) -> dict[str, tuple[dict, dict]]:
     """Each failing job's spec arguments and launcher options, by name."""
     image = node_cluster.image
@@ -284,35 +309,25 @@ def _failing_jobs(node_cluster) -> dict[str, tuple[dict, dict]]:
 
 
 @pytest.fixture(scope="module")
-def failing_jobs(node_cluster_for_module) -> Iterator[dict[str, FailingJob]]:
-    """The jobs that fail, started together, each in a namespace of its own: each waits on the
-    kubelet (an exit, an eviction, a pull, a refusal) rather than on the CPU, so together they
-    take about as long as the slowest (~20 s) instead of the sum (~45 s)."""
+def failing_jobs(node_cluster_for_module) -> Iterator[dict[str, NodeRun]]:
+    """The jobs that fail, started together (node_runs.py): each waits on the kubelet (an exit,
+    an eviction, a pull, a refusal) rather than on the CPU, so together they take about as long
+    as the slowest (~20 s) instead of the sum (~45 s)."""
     node_cluster = node_cluster_for_module
-    started: dict[str, FailingJob] = {}
-    with ExitStack() as stack:
-        for name, (job_kw, option_kw) in _failing_jobs(node_cluster).items():
-            ns = stack.enter_context(restricted_namespace(node_cluster, f"fault-{name}"))
-            job = spec(ns, "trainjob", **SMALL_JOB, **job_kw)
-            outcome = _in_background(
-                run_job, job, backend="kubernetes", options=options(ns, **option_kw)
-            )
-            started[name] = FailingJob(ns, job, time.monotonic(), outcome)
-        yield started
-        wait([run.outcome for run in started.values()], timeout=300)  # none left running
 
+    def plan(job_kw: dict, option_kw: dict) -> Callable[[Namespace], Planned]:
+        return lambda ns: Planned(spec(ns, "trainjob", **SMALL_JOB, **job_kw), option_kw)
 
-def _failure(run: FailingJob, timeout: float = 300) -> BaseException:
-    error = run.outcome.exception(timeout=timeout)
-    assert error is not None, f"the job did not fail: {run.outcome.result()}"
-    return error
+    plans = {name: plan(*settings) for name, settings in _failing_jobs(node_cluster).items()}
+    with started_together(node_cluster, plans) as runs:
+        yield runs
 
 
 def test_a_permanent_failure_is_suspended_and_its_retry_creates_nothing(node_cluster, failing_jobs):
     """Exit 3 (a program's own error): no restart, the job suspended (its pods gone) and kept
     with the reason; the step's retry re-attaches, reads it and fails in seconds."""
     run = failing_jobs["exit-3"]
-    error = _failure(run)
+    error = run.failure()
     assert isinstance(error, JobFailed), error
     assert "exit code 3" in str(error) and BAD_INPUT in str(error)
     (kept,) = jobs(run.ns, "trainjob")
@@ -336,7 +351,7 @@ def test_a_pod_over_its_emptydir_size_limit_is_evicted_and_the_launcher_says_so(
     so the launcher stops the job at once (suspended, kept, the reason recorded), naming the
     eviction, the volume and the disk."""
     run = failing_jobs["evicted"]
-    error = _failure(run)
+    error = run.failure()
     assert isinstance(error, JobFailed), error
     message = str(error)
     assert "a node was evicted for its own disk use" in message, message
@@ -348,7 +363,7 @@ def test_a_pod_over_its_emptydir_size_limit_is_evicted_and_the_launcher_says_so(
 
 def test_an_image_that_does_not_exist_is_named_by_the_watchdog(node_cluster, failing_jobs):
     run = failing_jobs["missing-image"]
-    message = str(_failure(run))  # the watchdog's failure, whatever its class
+    message = str(run.failure())  # the watchdog's failure, whatever its class
     assert "no-such-tag" in message and ("ErrImagePull" in message or "ImagePullBackOff" in message)
     assert run.outcome.done() and time.monotonic() - run.began < 90
 
@@ -356,6 +371,6 @@ def test_an_image_that_does_not_exist_is_named_by_the_watchdog(node_cluster, fai
 def test_an_image_whose_user_is_root_is_refused_under_run_as_non_root(node_cluster, failing_jobs):
     """The kubelet refuses to start a root image under runAsNonRoot (no runAsUser given): the
     launcher names the kubelet's reason."""
-    message = str(_failure(failing_jobs["root-image"]))
+    message = str(failing_jobs["root-image"].failure())
     assert "CreateContainerConfigError" in message, message
     assert "container has runAsNonRoot and image will run as root" in message

@@ -16,9 +16,9 @@ from components.launcher.rayjob import JOB_LABEL
 from tests.containers.example_images import ray_image
 from tests.containers.layouts import oci_layout
 from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, jobs, options, refused
+from tests.launcher.node_runs import in_background
 from tests.launcher.test_real_node_jobs import (
     _checkpoints,
-    _in_background,
     _summary,
     _wait_for,
     dataset,
@@ -105,7 +105,7 @@ def test_a_deleted_ray_worker_pod_checkpoints_and_the_step_can_be_retried(
         name="ray-stop",
     )
     lines: list[str] = []
-    future = _in_background(
+    future = in_background(
         run_job, job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=600)
     )
     _wait_for(lambda: future.done() or any("| loss " in x for x in lines), 300, "training")
