@@ -24,6 +24,7 @@ from components.launcher.backends.local import NODES_DIR_ENV
 from components.launcher.pod_paths import SCRATCH_DIRS
 from components.s3_sync import sync
 from tests.image_data import write_image_folder
+from tests.kfp_local import workspace_root
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +129,12 @@ def test_every_step_of_the_pipeline_runs_in_the_image(
         mounts=_scratch_mounts(tmp_path),
         environment={**bridge_s3.env(), NODES_DIR_ENV: str(workspace / "nodes")},
     )
-    local.init(runner=runner, pipeline_root=str(workspace), raise_on_error=True)
+    local.init(
+        runner=runner,
+        pipeline_root=str(workspace),
+        workspace_root=workspace_root(tmp_path),
+        raise_on_error=True,
+    )
     pipeline = build_training_pipeline(
         image=cpu_image, backend="local", workspace_path=str(workspace), storage=storage
     )

@@ -13,6 +13,7 @@ from kfp.dsl import HTML, ClassificationMetrics, Metrics, Model, Output
 
 from components.kfp.evaluate import make_evaluate_op
 from components.kfp.factory import make_component
+from tests.kfp_local import workspace_root
 
 
 def stage_model(source: str, model: Output[Model]):
@@ -45,7 +46,11 @@ def model_with_curves(tmp_path, colour_model) -> Path:
 # kfp.local warns that our image is not a Python image; it runs the step in this venv anyway.
 @pytest.mark.filterwarnings("ignore:You may be attemping to run a task:RuntimeWarning")
 def test_component_through_kfp_local(tmp_path, model_with_curves, colour_data):
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(tmp_path / "root"),
+        workspace_root=workspace_root(tmp_path),
+    )
     stage = make_component(stage_model)
     evaluate_op = make_evaluate_op()
     baseline = tmp_path / "baseline.json"

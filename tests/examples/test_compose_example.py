@@ -28,6 +28,7 @@ from components.s3_sync import sync
 from pipelines.component_files import COMPILED_DIR
 from tests import yaml_fast
 from tests.image_data import write_image_folder
+from tests.kfp_local import workspace_root
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "compose" / "pipeline.py"
@@ -174,7 +175,11 @@ def test_the_loaded_launcher_runs_your_own_command(tmp_path: Path) -> None:
 
     script = tmp_path / "my_train.py"
     script.write_text(CUSTOM_TRAINER)
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "r"))
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(tmp_path / "r"),
+        workspace_root=workspace_root(tmp_path),
+    )
     train_op = components.load_component_from_file(str(COMPILED_DIR / "training_job.yaml"))
     task = train_op(
         api="trainjob",
@@ -242,6 +247,7 @@ def test_the_example_runs_end_to_end_under_kfp_local(s3_server, monkeypatch, tmp
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=str(root),
+        workspace_root=workspace_root(tmp_path),
         raise_on_error=True,
     )
     pipeline(

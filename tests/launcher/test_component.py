@@ -28,6 +28,7 @@ from components.launcher.step import (
     trainer_args_for,
 )
 from tests.generated_modules import import_written
+from tests.kfp_local import workspace_root
 
 # Writes what the trainer writes (rank 0), so the step's export runs without minutes of training.
 WRITER = textwrap.dedent(
@@ -238,7 +239,11 @@ def test_component_interfaces():
 def test_components_run_in_kfp_local(tmp_path: Path, writer: Path):
     from kfp import local
 
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(tmp_path / "root"),
+        workspace_root=workspace_root(tmp_path),
+    )
     train_op, cleanup_op = make_training_job_op(), make_cleanup_op()
     params = step_params(tmp_path, writer)
 

@@ -26,6 +26,7 @@ from components.launcher.step import TrainingStepInputs, training_spec
 from components.launcher.task_config import TaskSettings
 from pipelines.component_files import COMPILED_DIR
 from tests.cluster.play import JOB_LABEL
+from tests.kfp_local import workspace_root
 from tests.launcher.test_component import step_params, writer  # noqa: F401 (a fixture)
 
 GPU = "nvidia.com/gpu"
@@ -440,7 +441,11 @@ def test_kfp_local_hands_no_task_config_and_the_parameters_decide(tmp_path: Path
 
     from components.kfp.launcher import make_training_job_op
 
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(tmp_path / "root"),
+        workspace_root=workspace_root(tmp_path),
+    )
     train_op = make_training_job_op()
     params = step_params(tmp_path, writer)
 

@@ -13,6 +13,7 @@ from components.s3_sync import sync
 from pipelines.dataset import DatasetLayoutError, snapshot_path, source_key, stage_dataset
 from pipelines.validation import ArgumentError, check_arguments
 from tests.image_data import write_image_folder
+from tests.kfp_local import workspace_root
 
 
 def upload(s3, tmp_path: Path, name: str, **layout) -> str:
@@ -117,6 +118,7 @@ def test_a_ui_run_with_a_bad_argument_fails_in_its_first_step(tmp_path: Path, ca
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=str(tmp_path / "root"),
+        workspace_root=workspace_root(tmp_path),
         raise_on_error=False,
     )
     pipeline = build_training_pipeline(backend="local", workspace_path=str(tmp_path / "ws"))

@@ -5,6 +5,7 @@ import yaml
 from kfp import compiler, dsl
 
 from components.kfp.s3_sync import make_s3_sync_op, use_s3_credentials
+from tests.kfp_local import workspace_root
 
 
 def _pipeline():
@@ -63,7 +64,11 @@ def test_runs_in_kfp_local_against_the_server(s3_env, bucket, tmp_path):
     for i in range(3):
         client.put_object(Bucket=bucket, Key=f"data/c/{i}.png", Body=bytes([i]) * 10)
     client.put_object(Bucket=bucket, Key="data/c/skip.txt", Body=b"x")
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(tmp_path / "root"),
+        workspace_root=workspace_root(tmp_path),
+    )
     dest = tmp_path / "ws" / "data"
     task = make_s3_sync_op()(
         source=f"s3://{bucket}/data",
