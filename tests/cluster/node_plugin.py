@@ -10,8 +10,7 @@
   checkout's run) wait for that node to be gone, since two nodes would share the bridge, the
   ports and containerd's state;
 * ``node_k8s``: a fresh namespace enforcing ``restricted`` on it, the launcher's ServiceAccount
-  bound to the rendered Role there (``restricted_namespace`` makes more, e.g. for a module's
-  fixture on ``node_cluster_for_module``).
+  bound to the rendered Role there.
 
 Root and the Debian packages (containerd, runc, containernetworking-plugins, podman, skopeo,
 docker-registry) are needed, and the kubelet, kube-scheduler and CoreDNS binaries of
@@ -263,17 +262,6 @@ def started_node(tmp_path_factory, podman, cpu_image, oci_registry, binaries):
             node.stop()
         if plane is not None:
             plane.stop()
-
-
-@contextmanager
-def restricted_namespace(node_cluster: NodeCluster, hint: str) -> Iterator[Namespace]:
-    """A namespace enforcing ``restricted`` on the node's plane, deleted on exit."""
-    cluster = node_cluster.cluster
-    namespace = Namespace(cluster, cluster.create_namespace(hint, pod_security="restricted"))
-    try:
-        yield namespace
-    finally:
-        cluster.delete_namespace(namespace.name)
 
 
 @pytest.fixture

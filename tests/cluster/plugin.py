@@ -19,6 +19,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,10 +192,11 @@ class Namespace:
         return pods
 
 
-def namespace_on(
-    cluster: Cluster, request: pytest.FixtureRequest, **kw: Any
-) -> Iterator[Namespace]:
-    namespace = Namespace(cluster, cluster.create_namespace(request.node.name, **kw))
+@contextmanager
+def new_namespace(cluster: Cluster, hint: str, **kw: Any) -> Iterator[Namespace]:
+    """A namespace named after ``hint`` (``kw``: :meth:`Cluster.create_namespace`'s), its
+    kubelet play checked, then deleted."""
+    namespace = Namespace(cluster, cluster.create_namespace(hint, **kw))
     try:
         yield namespace
         namespace.play.check()
@@ -202,6 +204,13 @@ def namespace_on(
         for pods in namespace.play.scenarios:
             pods.stopped.set()
         cluster.delete_namespace(namespace.name)
+
+
+def namespace_on(
+    cluster: Cluster, request: pytest.FixtureRequest, **kw: Any
+) -> Iterator[Namespace]:
+    with new_namespace(cluster, request.node.name, **kw) as namespace:
+        yield namespace
 
 
 @pytest.fixture

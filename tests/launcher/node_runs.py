@@ -27,8 +27,8 @@ from typing import Any
 
 from components.launcher import run_job
 from components.launcher.spec import TrainSpec
-from tests.cluster.node_plugin import NodeCluster, restricted_namespace
-from tests.cluster.plugin import Namespace
+from tests.cluster.node_plugin import NodeCluster
+from tests.cluster.plugin import Namespace, new_namespace
 from tests.launcher.k8s_helpers import options
 
 WAIT_AT_END_S = 600
@@ -88,7 +88,9 @@ def started_together(
     try:
         with ExitStack() as namespaces:
             for name, plan in plans.items():
-                ns = namespaces.enter_context(restricted_namespace(node_cluster, name))
+                ns = namespaces.enter_context(
+                    new_namespace(node_cluster.cluster, name, pod_security="restricted")
+                )
                 planned = plan(ns)
                 lines: list[str] = []
                 launched = options(ns, lines, **planned.options)

@@ -55,25 +55,28 @@ def s3_secret(ns, s3) -> None:
     )
 
 
+def use_node_s3(env: pytest.MonkeyPatch, node_cluster, folder: Path) -> None:
+    """The node's S3 keys and a sync cache in ``folder``, in this process's environment (what
+    ``sync`` reads)."""
+    for name, value in node_cluster.s3.env().items():
+        env.setenv(name, value)
+    env.setenv("S3SYNC_CACHE_DIR", str(folder / "sync-cache"))
+
+
 def upload_dataset(node_cluster, folder: Path) -> str:
     """A tiny ImageFolder in a new bucket of the node's S3 server (uploaded from here, where it
     is reachable); its ``s3://`` URI."""
-    s3 = node_cluster.s3
     with pytest.MonkeyPatch.context() as env:
-        for name, value in s3.env().items():
-            env.setenv(name, value)
-        env.setenv("S3SYNC_CACHE_DIR", str(folder / "sync-cache"))
-        bucket = s3.create_bucket(f"data-{secrets.token_hex(4)}")
+        use_node_s3(env, node_cluster, folder)
+        bucket = node_cluster.s3.create_bucket(f"data-{secrets.token_hex(4)}")
         sync(str(write_image_folder(folder / "data", per_class=8)), f"s3://{bucket}/data")
     return f"s3://{bucket}"
 
 
 @pytest.fixture
 def dataset(node_cluster, tmp_path, monkeypatch) -> str:
-    """:func:`upload_dataset` for one test (the S3 keys and a sync cache in its environment)."""
-    for name, value in node_cluster.s3.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path / "sync-cache"))
+    """:func:`upload_dataset` for one test, the node's S3 left in its environment."""
+    use_node_s3(monkeypatch, node_cluster, tmp_path)
     return upload_dataset(node_cluster, tmp_path)
 
 
@@ -151,9 +154,7 @@ def test_a_job_of_two_pods_trains_on_the_real_node_and_the_evaluation_reads_its_
     assert any(k.startswith("run/checkpoints/step-") and k.endswith("/COMPLETE") for k in keys)
     from components.evaluate.evaluate import evaluate
 
-    for name, value in node_cluster.s3.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path / "sync-cache"))
+    use_node_s3(monkeypatch, node_cluster, tmp_path)
     sync(f"{dataset}/run/output/model", str(tmp_path / "model"))
     sync(f"{dataset}/data/val", str(tmp_path / "data" / "val"))
     scored = evaluate(tmp_path / "model", tmp_path / "data")
