@@ -62,7 +62,7 @@ def options(ns: Namespace, lines: list[str] | None = None, **kw: Any) -> Kuberne
     return KubernetesOptions(
         client_configuration=configuration,
         log=(lines if lines is not None else []).append,
-        poll_interval_s=1.0,
+        poll_interval_s=0.25,
         handle_sigterm=False,
         **kw,
     )
