@@ -27,6 +27,8 @@ from tests.node_scheduling import (
 )
 
 pytest_plugins = [
+    "pytester",
+    "tests.cpu_time",
     "tests.cluster.plugin",
     "tests.cluster.node_plugin",
     "tests.containers.plugin",

@@ -1,0 +1,42 @@
+"""tests/cpu_time.py: a test's CPU seconds, its children's included, in its junit record and the
+summary by file; a test that only waits costs next to none."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+BURN = "import time\nend = time.process_time() + 0.8\nwhile time.process_time() < end: pass"
+
+
+def test_a_tests_cpu_and_its_childrens_are_recorded_and_summed_by_file(pytester, monkeypatch):
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)  # CI's --junitxml is not this run's
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    pytester.makepyfile(
+        test_burn=f"""
+        import subprocess, sys, time
+
+        def test_a_child_computes():
+            subprocess.run([sys.executable, "-c", {BURN!r}], check=True)
+
+        def test_it_waits():
+            time.sleep(0.8)
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "tests.cpu_time", "-p", "no:cacheprovider", "--junitxml=report.xml"
+    )
+    result.assert_outcomes(passed=2)
+    cpu = {
+        case.get("name"): float(prop.get("value"))
+        for case in ET.parse(pytester.path / "report.xml").iter("testcase")
+        for prop in case.iter("property")
+        if prop.get("name") == "cpu_s"
+    }
+    assert cpu["test_a_child_computes"] >= 0.8, cpu  # the child's 0.8 s, reaped in the test
+    assert cpu["test_it_waits"] < 0.4, cpu
+    result.stdout.fnmatch_lines(
+        ["*CPU time by test file*", "all 1 files: * CPU-s in * s of tests", "* CPU-s *test_burn.py"]
+    )
