@@ -24,6 +24,8 @@ from trainer.image_modes import to_rgb
 from trainer.listing import IMAGE_EXTENSIONS as IMAGE_EXTENSIONS
 from trainer.listing import ImageListing
 from trainer.listing import list_images as list_images
+from trainer.pixels import center_crop, horizontal_flip, resize, shorter_side_size
+from trainer.pixels import pil_to_tensor as pixels_of
 from trainer.randomness import SampleAugmentation
 from trainer.randomness import derive_seed as derive_seed
 from trainer.tv_compat import import_torchvision
@@ -69,16 +71,17 @@ def eval_transform(
     )
 
 
-def resize_crop(image_size: int):
-    """PIL → uint8 CHW tensor at ``image_size``², exactly like the evaluation preprocessing."""
-    v2 = _v2()
-    return v2.Compose(
-        [
-            v2.PILToTensor(),
-            v2.Resize(image_size, antialias=True),
-            v2.CenterCrop(image_size),
-        ]
-    )
+def resize_crop(image_size: int) -> Callable[[Image.Image], torch.Tensor]:
+    """PIL → uint8 CHW tensor at ``image_size``²: the shorter side resized to ``image_size``,
+    then the centre crop; torchvision's ``PILToTensor``, ``Resize`` and ``CenterCrop`` pixel for
+    pixel, without importing torchvision (:mod:`trainer.pixels`: DataLoader workers call it)."""
+
+    def to_tensor(image: Image.Image) -> torch.Tensor:
+        pixels = pixels_of(image)
+        height, width = shorter_side_size(image.height, image.width, image_size)
+        return center_crop(resize(pixels, height, width), image_size)
+
+    return to_tensor
 
 
 def augmented_tensor(
@@ -92,10 +95,9 @@ def augmented_tensor(
     if augmentation is None:
         return resize_crop(image_size)(image)
     top, left, height, width, flip = augmentation
-    functional = _v2().functional
-    crop = functional.pil_to_tensor(image.crop((left, top, left + width, top + height)))
-    out = functional.resize(crop, [image_size, image_size], antialias=True)
-    return functional.horizontal_flip(out) if flip else out
+    crop = pixels_of(image.crop((left, top, left + width, top + height)))
+    out = resize(crop, image_size, image_size)
+    return horizontal_flip(out) if flip else out
 
 
 # ------------------------------------------------------------------------------ on the device
