@@ -287,8 +287,12 @@ def test_multipart_object_with_an_unusual_part_size_is_verified(s3_env, bucket, 
 
 def _crt_threads() -> list[str]:
     """The names of this process's threads that the AWS CRT started (it names them Aws...)."""
-    tasks = Path("/proc/self/task")
-    names = [(task / "comm").read_text().strip() for task in tasks.iterdir()]
+    names = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            names.append((task / "comm").read_text().strip())
+        except FileNotFoundError:  # a thread that ended since the folder was listed
+            continue
     return [name for name in names if name.startswith("Aws")]
 
 

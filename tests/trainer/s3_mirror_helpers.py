@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from tests.trainer.trainer_launch import logs
 from trainer import checkpoint as ckpt
 
 
@@ -34,12 +35,18 @@ def complete_remote_steps(client, bucket: str, prefix: str) -> list[int]:
 
 
 def wait_for_line(log: Path, text: str, procs, timeout: float = 120.0) -> None:
-    """Until ``text`` appears in the file ``log`` (fails if every process exited first)."""
+    """Until ``text`` appears in the file ``log``. Fails at once when a trainer has failed (the
+    others cannot get on without it) or all have exited, and then or on the timeout shows every
+    trainer's exit status and log."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if log.exists() and text in log.read_text(errors="replace"):
             return
-        if all(p.poll() is not None for p in procs):
-            raise AssertionError(f"the trainers exited before logging {text!r}")
+        codes = [p.poll() for p in procs]
+        if any(code not in (None, 0) for code in codes) or None not in codes:
+            raise AssertionError(
+                f"the trainers exited ({codes}) before logging {text!r}\n{logs(log.parent)}"
+            )
         time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {text!r}")
+    codes = [p.poll() for p in procs]
+    raise AssertionError(f"timed out waiting for {text!r} ({codes})\n{logs(log.parent)}")
