@@ -10,6 +10,7 @@ Public helpers other parts import: :func:`list_images`, :func:`load_image`, :fun
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -74,14 +75,14 @@ def eval_transform(
 def resize_crop(image_size: int) -> Callable[[Image.Image], torch.Tensor]:
     """PIL → uint8 CHW tensor at ``image_size``²: the shorter side resized to ``image_size``,
     then the centre crop; torchvision's ``PILToTensor``, ``Resize`` and ``CenterCrop`` pixel for
-    pixel, without importing torchvision (:mod:`trainer.pixels`: DataLoader workers call it)."""
+    pixel, without importing torchvision (:mod:`trainer.pixels`: DataLoader workers call it).
+    A partial of a module function, so that it pickles into spawned workers."""
+    return functools.partial(_resized_and_cropped, size=image_size)
 
-    def to_tensor(image: Image.Image) -> torch.Tensor:
-        pixels = pixels_of(image)
-        height, width = shorter_side_size(image.height, image.width, image_size)
-        return center_crop(resize(pixels, height, width), image_size)
 
-    return to_tensor
+def _resized_and_cropped(image: Image.Image, size: int) -> torch.Tensor:
+    height, width = shorter_side_size(image.height, image.width, size)
+    return center_crop(resize(pixels_of(image), height, width), size)
 
 
 def augmented_tensor(

@@ -3,6 +3,7 @@ never imports torchvision (2.2 CPU-s and 85 MB less in each worker)."""
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 
@@ -13,7 +14,7 @@ from PIL import Image
 
 from tests.trainer.trainer_launch import REPO
 from trainer import pixels
-from trainer.data import _v2, augmented_tensor, resize_crop
+from trainer.data import _v2, augmented_tensor, eval_transform, resize_crop
 from trainer.randomness import sample_augmentation
 
 # Shapes of every kind: square, wide, tall, thin strips, odd sizes, smaller than the output.
@@ -51,6 +52,12 @@ def test_the_evaluation_resize_and_crop_are_torchvisions(kernel):
             ours, theirs = resize_crop(size)(image), _torchvisions_eval(size)(image)
             assert ours.shape == (3, size, size)
             assert torch.equal(ours, theirs), (height, width, size, kernel)
+
+
+def test_the_evaluation_transform_pickles_into_spawned_workers():
+    image = _image(40, 30, seed=3)
+    transform = eval_transform(16)
+    assert torch.equal(pickle.loads(pickle.dumps(transform))(image), transform(image))
 
 
 def test_augmented_windows_are_torchvisions_crop_resize_and_flip(kernel):
