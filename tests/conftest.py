@@ -25,6 +25,7 @@ from tests.node_scheduling import (
     is_node_test,
     uses_a_plane,
 )
+from tests.s3_env import use_s3_server
 
 pytest_plugins = [
     "pytester",
@@ -96,13 +97,7 @@ def s3_server():
 def s3_env(s3_server, monkeypatch, tmp_path_factory):
     """The standard AWS env vars point at ``s3_server`` and nothing else leaks in (inherited by
     the processes a test starts)."""
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("s3sync-cache")))
-    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN", "AWS_REGION"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
+    use_s3_server(monkeypatch, s3_server, tmp_path_factory.mktemp("s3sync-cache"))
     return s3_server
 
 

@@ -34,6 +34,7 @@ from tests.launcher.node_runs import (
     in_background,
     started_together,
 )
+from tests.s3_env import use_s3_server
 
 # One real node serves them all: files named test_real_node* run on one xdist worker
 # (tests/node_scheduling.py).
@@ -58,9 +59,7 @@ def s3_secret(ns, s3) -> None:
 def use_node_s3(env: pytest.MonkeyPatch, node_cluster, folder: Path) -> None:
     """The node's S3 keys and a sync cache in ``folder``, in this process's environment (what
     ``sync`` reads)."""
-    for name, value in node_cluster.s3.env().items():
-        env.setenv(name, value)
-    env.setenv("S3SYNC_CACHE_DIR", str(folder / "sync-cache"))
+    use_s3_server(env, node_cluster.s3, folder / "sync-cache")
 
 
 def upload_dataset(node_cluster, folder: Path) -> str:
