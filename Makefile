@@ -8,7 +8,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 RELEASE_IMAGE := ghcr.io/kfp-ddp/kfp-ddp:$(VERSION)
 IMAGE  ?= $(RELEASE_IMAGE)
 
-.PHONY: setup test lint format demo bench generate compile components image image-local image-mpi image-local-mpi image-ray image-local-ray constraints clean
+.PHONY: setup test test-profile lint format demo bench generate compile components image image-local image-mpi image-local-mpi image-ray image-local-ray constraints clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,11 @@ $(STAMP): pyproject.toml constraints.txt
 
 test: setup
 	$(PY) -m pytest
+
+# One test at a time, so that each test's machine-wide CPU is its own: the summary ranks the files
+# by it (tests/cpu_time.py). Slower than `make test`; for finding what the suite spends.
+test-profile: setup
+	$(PY) -m pytest -n 0
 
 # Style, the layers and no import circles (.importlinter), and the types of every package.
 lint: setup
