@@ -9,7 +9,9 @@ property ``cpu_s``, and the terminal summary lists the files that cost the most.
 
 Not counted in ``cpu_s``: processes this process does not reap (pods on the real node and
 containers run under containerd and podman; Ray's daemons), and a session fixture's server until
-its teardown, where all of its CPU lands in the test during whose teardown it stops.
+its teardown, where all of its CPU lands in the test during whose teardown it stops: pytest tears
+the session's fixtures down in the teardown of the last test a worker runs, so that test shows
+the whole session's control planes and S3 server (~400 CPU-s in a full run).
 
 So each test also records ``machine_cpu_s``: the busy CPU seconds of the whole machine over the
 test (``/proc/stat``: all but idle and I/O wait). It counts everything a test makes run (pods,
