@@ -25,6 +25,7 @@ from components.launcher.pod_paths import SCRATCH_DIRS
 from components.s3_sync import sync
 from tests.image_data import write_image_folder
 from tests.kfp_local import workspace_root
+from tests.s3_env import use_s3_server
 
 pytestmark = pytest.mark.slow
 
@@ -106,9 +107,7 @@ def test_every_step_of_the_pipeline_runs_in_the_image(
     monkeypatch.setattr("kfp.local.docker_task_handler.run_docker_container", _run_and_collect_logs)
     bucket = bridge_s3.create_bucket(f"pipeline-in-image-{storage}")
     data = write_image_folder(tmp_path / "data", per_class=8)
-    for name, value in bridge_s3.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path / "sync-cache"))
+    use_s3_server(monkeypatch, bridge_s3, tmp_path / "sync-cache")
     sync(str(data), f"s3://{bucket}/data")
 
     # This run's containers, to remove at the end: not tmp_path.name, which pytest cuts to 30

@@ -29,6 +29,7 @@ from pipelines.component_files import COMPILED_DIR
 from tests import yaml_fast
 from tests.image_data import write_image_folder
 from tests.kfp_local import workspace_root
+from tests.s3_env import use_s3_server
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "compose" / "pipeline.py"
@@ -233,9 +234,7 @@ def _artifact_metadata(task_dir: Path, name: str) -> dict:
 def test_the_example_runs_end_to_end_under_kfp_local(s3_server, monkeypatch, tmp_path) -> None:
     from kfp import local
 
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path / "sync-cache"))
+    use_s3_server(monkeypatch, s3_server, tmp_path / "sync-cache")
     bucket = s3_server.create_bucket("compose-example")
     sync(str(write_image_folder(tmp_path / "dataset", per_class=8)), f"s3://{bucket}/data")
     publish_uri = f"s3://{bucket}/models"

@@ -19,6 +19,7 @@ from components.s3_sync import sync
 from tests.crds import schema_errors
 from tests.image_data import write_image_folder
 from tests.launcher.k8s_helpers import CPU_REQUEST_ENV
+from tests.s3_env import use_s3_server
 
 REPO = Path(__file__).resolve().parents[2]
 STAGED = {
@@ -187,9 +188,7 @@ def test_bad_staging_settings_are_refused(kwargs, message):
 
 @pytest.fixture
 def dataset_uri(s3_server, monkeypatch, tmp_path_factory) -> str:
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("sync-cache")))
+    use_s3_server(monkeypatch, s3_server, tmp_path_factory.mktemp("sync-cache"))
     bucket = s3_server.create_bucket("staging")
     data = write_image_folder(tmp_path_factory.mktemp("dataset") / "data", per_class=4)
     uri = f"s3://{bucket}/data"

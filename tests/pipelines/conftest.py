@@ -41,12 +41,10 @@ def kfp_server() -> Iterator[FakeKfpServer]:
 
 
 @pytest.fixture
-def s3(s3_server, monkeypatch, tmp_path_factory):
-    """The test S3 server in this test's environment (AWS_* variables, a sync cache of its own)."""
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("sync-cache")))
-    return s3_server
+def s3(s3_env):
+    """The test S3 server in this test's environment (AWS_* variables, a sync cache of its own):
+    the suite's ``s3_env``, by the name these tests use."""
+    return s3_env
 
 
 def upload_folder(s3, folder: Path, bucket: str, name: str) -> str:

@@ -14,6 +14,7 @@ from components.s3_sync import sync
 from pipelines.cli import main
 from pipelines.local_run import run_local
 from tests.image_data import write_image_folder
+from tests.s3_env import use_s3_server
 
 pytestmark = pytest.mark.slow
 
@@ -21,9 +22,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def dataset_uri(s3_server, monkeypatch, tmp_path_factory) -> str:
     """A tiny ImageFolder uploaded to the test server; the AWS env points at the server."""
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("sync-cache")))
+    use_s3_server(monkeypatch, s3_server, tmp_path_factory.mktemp("sync-cache"))
     bucket = s3_server.create_bucket("pipeline-local-run")
     data = write_image_folder(tmp_path_factory.mktemp("dataset") / "data", per_class=8)
     uri = f"s3://{bucket}/data"
