@@ -640,9 +640,11 @@ class ControlPlane:
         return configuration
 
     def admin_client(self) -> Any:
-        from kubernetes import client
+        """The admin's API client: the launcher's kind, which decodes pods without a
+        ``Configuration`` per model (components/launcher/backends/kubernetes/clients.py)."""
+        from components.launcher.backends.kubernetes.clients import model_api_client
 
-        return client.ApiClient(self.admin_configuration())
+        return model_api_client(self.admin_configuration())
 
     def apply(self, documents: list[dict[str, Any]]) -> None:
         """Create each document as admin (an object that exists is left as it is)."""

@@ -363,7 +363,7 @@ class RealNode:
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
-        api = client.CoreV1Api(client.ApiClient(self.plane.admin_configuration()))
+        api = client.CoreV1Api(self.plane.admin_client())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.namespace_process is not None and self.namespace_process.poll() is not None:

@@ -55,9 +55,7 @@ class Cluster:
     kubelet: FakeKubelet
 
     def clients(self) -> Any:
-        from kubernetes import client
-
-        return client.ApiClient(self.plane.admin_configuration())
+        return self.plane.admin_client()
 
     def create_namespace(
         self, hint: str, *, pod_security: str | None = None, labels: dict[str, str] | None = None

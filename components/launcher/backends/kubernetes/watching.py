@@ -36,6 +36,18 @@ def _items(listed: Any) -> list[Any]:
     return listed.get("items", []) if isinstance(listed, dict) else list(listed.items or [])
 
 
+def _watch_decoding_as(list_call: Callable[..., Any]) -> Any:
+    """A ``Watch`` that decodes its events with the client of ``list_call``'s API object (a
+    ``ModelApiClient``, clients.py), not with the default client a ``Watch`` makes itself."""
+    from kubernetes import watch
+
+    stream = watch.Watch()
+    api_client = getattr(getattr(list_call, "__self__", None), "api_client", None)
+    if api_client is not None:
+        stream._api_client = api_client  # what Watch.unmarshal_event decodes with
+    return stream
+
+
 @dataclass
 class ResumableWatch:
     """A watch of ``list_call(*args, **kwargs)`` (a ``kubernetes`` client list method)."""
@@ -46,6 +58,8 @@ class ResumableWatch:
     note: Callable[[str], None]
     what: str
     """What is watched, for the notes (``pod``, ``job``)."""
+    stream: Any = None
+    """The ``kubernetes.watch.Watch`` of every request (made by the first)."""
     version: str | None = None
     """The resourceVersion to continue from (None: list first)."""
     known: dict[str, Any] = field(default_factory=dict)
@@ -53,12 +67,13 @@ class ResumableWatch:
 
     def events(self, timeout_s: int) -> Iterator[Event]:
         """The events of one watch request of at most ``timeout_s`` seconds."""
-        from kubernetes import watch
         from kubernetes.client.rest import ApiException
 
         if self.version is None:
             yield from self._relist()
-        stream = watch.Watch()
+        if self.stream is None:
+            self.stream = _watch_decoding_as(self.list_call)
+        stream = self.stream
         try:
             for event in stream.stream(
                 self.list_call,
