@@ -268,6 +268,10 @@ class ControlPlane:
         if not self.audit_log.is_file():
             return events
         for line in self.audit_log.read_text().splitlines():
+            if (user is not None and user not in line) or (
+                namespace is not None and namespace not in line
+            ):
+                continue  # cannot match (a user or namespace name has nothing JSON escapes)
             try:
                 event = json.loads(line)
             except ValueError:

@@ -3,20 +3,22 @@ Role, a namespace enforcing ``restricted``): the example program, in an image bu
 image with xgboost and scikit-learn and pulled from the loopback registry, trains as 2 pods
 around rank 0's tracker — an XGBoostJob (the Training Operator's Master + Worker, meeting at the
 master's Service) and a TrainJob on Kubeflow Trainer's ``xgboost-distributed`` runtime (node 0's
-JobSet hostname)."""
+JobSet hostname), started together, each in a namespace of its own (node_runs.py)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from components.launcher import run_job
 from components.launcher.backends.kubernetes import granted_permissions
 from tests.cluster.control_plane import TRAINER, load_documents
+from tests.cluster.plugin import Namespace
 from tests.containers.example_images import xgboost_example_image
 from tests.containers.layouts import oci_layout
-from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, options, refused, spec
+from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, refused, spec
+from tests.launcher.node_runs import SHARED_CPU, NodeRun, Planned, started_together
 
 # One real node serves them all: files named test_real_node* run on one xdist worker.
 pytestmark = [pytest.mark.node, pytest.mark.slow]
@@ -34,28 +36,43 @@ def xgb_image(podman, cpu_image, oci_registry, tmp_path_factory) -> str:
     return oci_registry.push_oci_layout(oci_layout(podman, built), "kfp-ddp-xgb-example:test")
 
 
-@pytest.mark.parametrize("api", sorted(APIS))
-def test_two_pods_train_xgboost_around_rank_0s_tracker(node_cluster, node_k8s, xgb_image, api):
-    settings, replicas = APIS[api]
-    if api == "trainjob":
-        node_cluster.cluster.plane.apply(
-            load_documents(TRAINER / "runtimes" / "xgboost_distributed.yaml")
+def _plan(api: str, image: str) -> Callable[[Namespace], Planned]:
+    def planned(ns: Namespace) -> Planned:
+        settings, _ = APIS[api]
+        job = spec(
+            ns,
+            api,
+            image=image,
+            command=["python", "/app/train.py"],
+            args=["--output-dir", "/tmp/out", "--epochs", "20", "--dataset", "wine"],
+            env={"OMP_NUM_THREADS": "1"},
+            cpu_request=SHARED_CPU,
+            memory_request="1Gi",
+            termination_grace_period_seconds=10,
+            **settings,
         )
-    job = spec(
-        node_k8s,
-        api,
-        image=xgb_image,
-        command=["python", "/app/train.py"],
-        args=["--output-dir", "/tmp/out", "--epochs", "20", "--dataset", "wine"],
-        env={"OMP_NUM_THREADS": "1"},
-        cpu_request="500m",
-        memory_request="1Gi",
-        termination_grace_period_seconds=10,
-        **settings,
+        return Planned(job, {"timeout_s": 400})
+
+    return planned
+
+
+@pytest.fixture(scope="module")
+def xgboost_runs(node_cluster_for_module, xgb_image) -> Iterator[dict[str, NodeRun]]:
+    """The XGBoostJob and the TrainJob, started together (node_runs.py)."""
+    node_cluster = node_cluster_for_module
+    node_cluster.cluster.plane.apply(
+        load_documents(TRAINER / "runtimes" / "xgboost_distributed.yaml")
     )
-    lines: list[str] = []
-    result = run_job(job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=400))
-    log = "\n".join(lines)
+    with started_together(node_cluster, {api: _plan(api, xgb_image) for api in APIS}) as runs:
+        yield runs
+
+
+@pytest.mark.parametrize("api", sorted(APIS))
+def test_two_pods_train_xgboost_around_rank_0s_tracker(node_cluster, xgboost_runs, api):
+    _, replicas = APIS[api]
+    run = xgboost_runs[api]
+    result = run.outcome.result(timeout=400)
+    log = run.log
     assert result.phase == "Succeeded", f"{result.reason}\n{log[-5000:]}"
     for replica in replicas:  # both joined the tracker: rank + 1 summed over 2 ranks
         assert re.search(rf"\[{replica}\] \[xgb-example\] rank \d/2: .*collective_sum=3\b", log), (
@@ -65,5 +82,5 @@ def test_two_pods_train_xgboost_around_rank_0s_tracker(node_cluster, node_k8s, x
     assert len(checksums) == 1, log[-5000:]  # the same trees on both pods
     accuracy = re.search(r"rank 0/2: .*test_accuracy=([0-9.]+)", log)
     assert accuracy and float(accuracy.group(1)) > 0.8, log[-3000:]
-    assert refused(node_k8s) <= OPTIONAL_READS, refused(node_k8s)
-    assert calls(node_k8s) - OPTIONAL_READS <= granted_permissions()
+    assert refused(run.ns) <= OPTIONAL_READS, refused(run.ns)
+    assert calls(run.ns) - OPTIONAL_READS <= granted_permissions()
