@@ -62,9 +62,18 @@ def test_a_dry_run_shows_one_launcher_with_the_runtimes_hostfile(tmp_path: Path)
 
 def test_our_trainer_on_our_mpi_runtime_needs_no_command(tmp_path: Path):
     """``runtime_name=kfp-ddp-mpi`` and no ``command``: the launcher replica starts our trainer
-    under ``trainer.mpirun`` by itself."""
+    under ``trainer.mpirun`` by itself (the KFP step's test below trains so)."""
     spec = _spec(tmp_path, runtime_name="kfp-ddp-mpi", command=None)
-    _trains_under_mpirun_with_no_command(spec, tmp_path)
+    assert spec.container_command() == MPI_TRAINER
+    (launcher,) = LocalBackend(LocalOptions(workdir=tmp_path)).dry_run(spec).documents
+    assert launcher["replica"] == "launcher-0"
+    assert launcher["command"][:5] == [
+        sys.executable,
+        "-m",
+        "trainer.mpirun",
+        "-m",
+        "trainer.train",
+    ]
 
 
 def test_an_mpijob_runs_here_as_its_launcher_does(tmp_path: Path):
@@ -90,8 +99,8 @@ def test_the_kfp_step_trains_on_our_mpi_runtime_and_outputs_the_model(
     tmp_path: Path, capfd, monkeypatch
 ):
     """The training component's step (``run_training_step``, what KFP calls) with
-    ``api=trainjob`` and ``runtime_name=kfp-ddp-mpi``: our trainer as 2 MPI ranks, the model
-    folder and the metrics as the other APIs output them."""
+    ``api=trainjob`` and ``runtime_name=kfp-ddp-mpi`` and no command: our trainer as 2 MPI ranks,
+    the model folder and the metrics as the other APIs output them."""
     monkeypatch.chdir(tmp_path)  # the step's local nodes go under its working directory
     data = write_image_folder(tmp_path / "data", classes=("circle", "square"), per_class=8)
     model = dsl.Model(uri=str(tmp_path / "artifacts" / "model"))
