@@ -31,7 +31,7 @@ from components.launcher import (
 )
 from components.launcher.api_options import PyTorchJobOptions, TrainJobOptions
 from components.launcher.backends.contracts import local_api, replica_names
-from components.launcher.backends.local import NODE_TAG_ENV, tagged_pids
+from components.launcher.backends.local import NODE_TAG_ENV, NODES_DIR_ENV, tagged_pids
 from tests.image_data import write_image_folder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -626,9 +626,13 @@ def test_auto_runs_locally_as_the_api_of_its_options():
     assert replica_names(master) == ["master-0", "worker-0"]  # not the TrainJob's nodes
 
 
-def test_each_node_has_its_own_tmpdir_which_goes_with_it(script: Path, tmp_path: Path):
+def test_each_node_has_its_own_tmpdir_which_goes_with_it(
+    script: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """A node's temporary files (torchrun's logs among them) go to a TMPDIR of its own, as to a
-    pod's /tmp emptyDir, and are gone after the run: nothing piles up in the machine's /tmp."""
+    pod's /tmp emptyDir, and are gone after the run: nothing piles up in the machine's /tmp.
+    The nodes' folder is WORKDIR/nodes when nothing else names one."""
+    monkeypatch.delenv(NODES_DIR_ENV)
     ws = tmp_path / "ws"
     result = local(
         local_spec(script, "ok"),
