@@ -379,8 +379,9 @@ class RayJobOptions:
     }
 
     backoff_limit: int | None = None
-    """RayJob retries, each on a new Ray cluster (None: 0 — KubeRay cannot tell a permanent
-    error; a retried pipeline step resumes from the checkpoints)."""
+    """RayJob retries, each on a new Ray cluster (None: 0). KubeRay retries any failure; the
+    launcher suspends the RayJob when its program exited with a permanent code (1-127) instead.
+    A retry resumes from the checkpoints."""
     ttl_seconds_after_finished: int | None = None
     """RayJob: how long the finished job's Ray cluster (its pods, GPUs included) is kept
     (None: 60 s)."""

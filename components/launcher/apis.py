@@ -108,6 +108,16 @@ class JobApi:
         """The program's exit code when only the job's status says it (None: read the pods)."""
         return None
 
+    def retries(self, job: dict[str, Any]) -> tuple[int, str]:
+        """How many times the controller ran the whole job again, and why the last attempt
+        ended, as its status says (0: it says none)."""
+        return 0, ""
+
+    def permanent_code_before_retry(self, job: dict[str, Any]) -> int | None:
+        """The permanent exit code (1-127) of a program that failed in a job its controller is
+        about to run again whatever the code (None: nothing of the kind)."""
+        return None
+
     def suspended(self, job: dict[str, Any]) -> bool:
         """Whether the job waits suspended (e.g. for Kueue admission)."""
         spec = job.get("spec") or {}
@@ -203,6 +213,33 @@ class RayJobApi(JobApi):
         pod of its own, and the submitter pod's exit code is ``ray job logs``'."""
         found = re.search(r"entrypoint command failed with exit code (\d+)", phase.message)
         return int(found.group(1)) if found else None
+
+    def retries(self, job: dict[str, Any]) -> tuple[int, str]:
+        """KubeRay's retries (``status.failed``: each a new Ray cluster, up to ``backoffLimit``)
+        and the first line of the Ray job's message (``Job entrypoint command failed with exit
+        code 143, ...``), kept until the retry's cluster is up."""
+        status = job.get("status") or {}
+        message = (status.get("message") or "").split("\n", 1)[0]
+        message = message.split(", last available logs", 1)[0].rstrip(" :,")
+        return int(status.get("failed") or 0), message
+
+    def permanent_code_before_retry(self, job: dict[str, Any]) -> int | None:
+        """With ``backoffLimit`` left, KubeRay retries a failed Ray job in a new Ray cluster
+        whatever its code: a bad flag would allocate every GPU again. Its status says the Ray job
+        FAILED, with the entrypoint's code, seconds before the deployment fails (KubeRay first
+        waits for the submitter) and goes straight on to ``Retrying``: that code, while a retry
+        is to come, when it is permanent (1-127)."""
+        status = job.get("status") or {}
+        if status.get("jobStatus") != "FAILED" or status.get("jobDeploymentStatus") not in (
+            "Running",
+            "Retrying",
+        ):
+            return None
+        backoff = int((job.get("spec") or {}).get("backoffLimit") or 0)
+        failed = int(status.get("failed") or 0)
+        retry_to_come = failed < backoff or status.get("jobDeploymentStatus") == "Retrying"
+        code = self.program_exit_code(JobPhase(None, status.get("message") or ""))
+        return code if retry_to_come and code is not None and 0 < code < 128 else None
 
     def phase(self, job: dict[str, Any]) -> JobPhase:
         """Succeeded once the deployment is Complete with the Ray job SUCCEEDED; Failed when it

@@ -181,3 +181,28 @@ def test_a_failed_ray_program_is_permanent_by_its_exit_code_in_the_rayjobs_statu
         run(k8s, _spec(k8s.name, workers=1, nproc_per_node=1))
     (job,) = jobs(k8s, "rayjob")
     assert bool(job_api("rayjob").permanent_failure(job)) is permanent
+
+
+def test_a_permanent_code_stops_kuberays_retries_and_the_steps(k8s):
+    """With ``backoff_limit`` left KubeRay would run a bad flag again on a new Ray cluster: the
+    status it writes once the Ray job failed (as KubeRay v1.7.0 wrote it on the real node, the
+    deployment still Running) has the launcher suspend the RayJob and record why; a retry of
+    the step then fails at once, creating nothing."""
+    failed = {
+        "jobDeploymentStatus": "Running",
+        "jobStatus": "FAILED",
+        "failed": 0,
+        "message": "Job entrypoint command failed with exit code 2, last available logs: x",
+    }
+    spec = _spec(k8s.name, workers=1, nproc_per_node=1, backoff_limit=1)
+    play_rayjob_status(k8s, "ray", failed)
+    lines: list[str] = []
+    with pytest.raises(JobFailed, match="permanent code 2; not retried"):
+        run(k8s, spec, lines, timeout_s=60)  # without the launcher's stop it would wait on
+    (job,) = jobs(k8s, "rayjob")
+    assert job["spec"]["suspend"] is True  # KubeRay deletes the cluster and starts none
+    assert "permanent code 2" in job_api("rayjob").permanent_failure(job)
+    with pytest.raises(JobFailed, match="failed for good") as again:
+        run(k8s, spec, lines)
+    assert "nothing allocated" in str(again.value)
+    assert sum("created RayJob" in line for line in lines) == 1, lines

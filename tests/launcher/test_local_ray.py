@@ -80,12 +80,15 @@ def test_our_trainer_trains_under_ray_train_with_two_workers(tmp_path):
 
 
 def test_a_failing_driver_fails_the_job_for_good_and_stops_the_ray_nodes(tmp_path):
+    """Exit 2 is permanent: not retried, although ``backoff_limit`` would allow a new Ray
+    cluster (on a cluster the launcher stops KubeRay's retries alike)."""
     spec = TrainSpec.flat(
         api="rayjob",
         image=RAY_IMAGE,
         name="bad",
         workers=1,
         command=["python", "-c", "import sys; print('bad input: --limit'); sys.exit(2)"],
+        backoff_limit=1,
     )
     lines: list[str] = []
     with pytest.raises(JobFailed) as err:

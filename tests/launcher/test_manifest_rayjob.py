@@ -155,6 +155,32 @@ def test_the_job_phase_comes_from_the_deployment_and_the_ray_jobs_status():
     assert RAYJOB.program_exit_code(bad_input) == 2  # permanent: recorded, never retried
 
 
+def test_a_permanent_code_is_seen_before_kuberay_retries_and_a_retry_is_counted():
+    """What KubeRay v1.7.0 wrote on the real node for a driver exiting 2 under backoffLimit 1:
+    the Ray job FAILED with its code while the deployment still ran (6 s), then ``Retrying``
+    with ``failed`` 1 (0.1 s), then a new cluster. The launcher acts on the first."""
+    said = "Job entrypoint command failed with exit code {}, last available logs (truncated):\nx"
+
+    def job(backoff, code, deployment="Running", failed=0):
+        status = {"jobDeploymentStatus": deployment, "jobStatus": "FAILED", "failed": failed}
+        status["message"] = said.format(code)
+        return {"spec": {"backoffLimit": backoff}, "status": status}
+
+    assert RAYJOB.permanent_code_before_retry(job(1, 2)) == 2
+    assert RAYJOB.permanent_code_before_retry(job(1, 2, "Retrying", failed=1)) == 2
+    assert RAYJOB.permanent_code_before_retry(job(2, 3, failed=1)) == 3  # a second retry to come
+    assert RAYJOB.permanent_code_before_retry(job(1, 143)) is None  # a stop: retried, resumes
+    assert RAYJOB.permanent_code_before_retry(job(1, 200)) is None  # a lost worker: retried
+    assert RAYJOB.permanent_code_before_retry(job(0, 2)) is None  # no retry: Failed ends it
+    assert RAYJOB.permanent_code_before_retry(job(1, 2, failed=1)) is None  # retries used up
+    assert RAYJOB.permanent_code_before_retry(job(1, 2, "Failed", failed=1)) is None
+    running = job(1, 2) | {"status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}}
+    assert RAYJOB.permanent_code_before_retry(running) is None
+    retrying = job(1, 143, "Retrying", failed=1)
+    assert RAYJOB.retries(retrying) == (1, "Job entrypoint command failed with exit code 143")
+    assert RAYJOB.retries({"status": {"jobDeploymentStatus": "Running"}}) == (0, "")
+
+
 def test_the_ray_head_is_sized_by_its_options():
     """Your Ray program's driver runs on the head: its CPU and memory can be raised."""
     head, _ = _pods(build_rayjob(ray_spec(ray_head_cpu="2", ray_head_memory="8Gi")))

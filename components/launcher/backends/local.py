@@ -183,8 +183,10 @@ class RestartRule:
         if local_api(spec) == "trainjob":
             return cls(policy="ExitCode", limit=DEFAULT_BACKOFF_LIMIT)
         if local_api(spec) == "rayjob":  # a new Ray cluster per retry, backoff_limit of them
+            # KubeRay retries any failure; on a cluster the launcher stops it on a permanent
+            # code (1-127), as here.
             retries = spec.ray.backoff_limit or rayjob.DEFAULT_BACKOFF_LIMIT
-            return cls(policy="OnFailure" if retries else "Never", limit=retries)
+            return cls(policy="ExitCode" if retries else "Never", limit=retries)
         backoff = spec.operator.backoff_limit
         limit = PYTORCHJOB_BACKOFF_LIMIT if backoff is None else backoff
         return cls(policy=default_restart_policy(spec), limit=limit)

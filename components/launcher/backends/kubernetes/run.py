@@ -121,6 +121,9 @@ class KubernetesJob:
         self.start = time.monotonic()
         self.reattached = False
         self.phase = JobPhase(None)
+        self.latest: dict[str, Any] = {}
+        """The job as last read."""
+        self.retries_seen = 0
         self.progress = ProgressLog(logs.note)
         self.job_watch = ResumableWatch(
             clients.custom.list_namespaced_custom_object,
@@ -251,6 +254,17 @@ class KubernetesJob:
             self.progress.observe(job)
             self.suspended = self.api.suspended(job)
             self.phase = self.api.phase(job)
+            self.latest = job
+            self._note_retry(job)
+
+    def _note_retry(self, job: dict[str, Any]) -> None:
+        """Say when the controller runs the whole job again (KubeRay's ``backoffLimit``)."""
+        retries, why = self.api.retries(job)
+        if retries > self.retries_seen:
+            self.retries_seen = retries
+            after = f" after: {why}" if why else ""
+            title = self.job.title
+            self.logs.note(f"{title}: its controller runs it again (retry {retries}){after}")
 
     def _check_permanent_exit(self) -> None:
         """A node that failed for good stops the job now: its program exited 1-127 (bad config,
@@ -262,6 +276,7 @@ class KubernetesJob:
         (its pods deleted) and kept, with the reason recorded: a retry of the step fails at once
         instead of allocating the GPUs again.
         """
+        self._check_permanent_program()
         found = self.diagnosis.permanent_exit(self.follower)
         if found is None:
             return
@@ -286,6 +301,21 @@ class KubernetesJob:
         raise JobFailed(
             f"{message}{details}\n{self.job.kept_note()}", self._result("Failed", message)
         )
+
+    def _check_permanent_program(self) -> None:
+        """A program that failed for good in a job its controller would run again (a RayJob with
+        ``backoffLimit`` left: a new Ray cluster, whatever the code): the job is suspended now
+        (its pods deleted, no new ones) and kept with the reason, so neither the controller nor
+        a retry of the step allocates anything again."""
+        code = self.api.permanent_code_before_retry(self.latest)
+        if code is None:
+            return
+        time.sleep(min(1.0, self.options.poll_interval_s))  # let its last log lines arrive
+        reason = f"the program exited with permanent code {code}"
+        message = f"{self.job.title}: {reason}; not retried"
+        self.follower.stop.set()
+        self.job.record_failure(reason, suspend=True)
+        raise JobFailed(f"{message}\n{self.job.kept_note()}", self._result("Failed", message))
 
     def _succeeded(self) -> JobResult:
         time.sleep(min(1.0, self.options.poll_interval_s))  # let log streams drain
