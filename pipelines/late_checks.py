@@ -13,6 +13,10 @@ beyond each argument's own value. Each names the parameter the user set, its val
   (``components.evaluate.gate.load_baseline``: the same endpoint and the same credentials,
   which the check step gets like the data and evaluation steps), so a missing baseline fails in
   seconds rather than after the training.
+- ``model_input_problems(arguments)`` (``check_model_input`` raises them), the check step only
+  (torch and torchvision: seconds): whether the model takes the training images' size
+  (``trainer.model_shapes``, on the meta device), which failed in the first training step once
+  every node had started (inception_v3 needs 75 px or more, the ViTs exactly 224).
 """
 
 from __future__ import annotations
@@ -113,5 +117,30 @@ def baseline_problems(arguments: Mapping[str, Any]) -> list[ParameterError]:
 def check_baseline(arguments: Mapping[str, Any]) -> None:
     """Raise ArgumentError unless ``baseline_uri`` is '' or a baseline the evaluation can read."""
     problems = baseline_problems(arguments)
+    if problems:
+        raise ArgumentError(problems)
+
+
+def model_input_problems(arguments: Mapping[str, Any]) -> list[ParameterError]:
+    """Whether the trainer's model takes its images' size (both pipeline parameters, which
+    ``trainer_args`` cannot set); nothing to check for a command of one's own."""
+    from components.launcher.step import TrainingStepInputs, trainer_args_for
+    from pipelines.plan import planned_step_inputs
+    from trainer.flags import check_flags
+    from trainer.model_shapes import image_size_problem  # torch, torchvision: this step only
+
+    inputs = TrainingStepInputs(**planned_step_inputs(arguments, "DIGEST"))
+    if StepOverrides.parse(inputs.overrides_json).spec_fields.get("command") is not None:
+        return []
+    config = check_flags(trainer_args_for(inputs))
+    problem = image_size_problem(config.model, config.image_size)
+    if problem is None:
+        return []
+    return [ParameterError("image_size", arguments.get("image_size"), problem)]
+
+
+def check_model_input(arguments: Mapping[str, Any]) -> None:
+    """Raise ArgumentError unless the model takes the training images' size."""
+    problems = model_input_problems(arguments)
     if problems:
         raise ArgumentError(problems)

@@ -22,7 +22,7 @@ from typing import NamedTuple
 from kfp.dsl import HTML, Dataset, Input, Model, Output
 
 from components.kfp.function import REQUIRED, function_source, literal, module_source
-from pipelines.late_checks import check_baseline
+from pipelines.late_checks import check_baseline, check_model_input
 from pipelines.parameter_errors import ArgumentError, ParameterError
 from pipelines.parameters import COMPILE_TIME, PARAMETERS, function_inputs
 from pipelines.plan import checkpoint_base
@@ -44,6 +44,7 @@ def run_argument_check(arguments: dict) -> tuple[str, str, str, str]:
 
     try:
         check_arguments(arguments)
+        check_model_input(arguments)
         start = resolve_run_start(arguments)
         # in S3 (this step's credentials), as the evaluation reads it
         check_baseline({**arguments, "baseline_uri": start.baseline_uri})

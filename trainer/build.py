@@ -22,7 +22,8 @@ from trainer.data import IMAGENET_MEAN, IMAGENET_STD, SyntheticImages
 from trainer.distributed import DistEnv, any_rank
 from trainer.errors import ConfigError, DataError
 from trainer.folder_data import build_folder_data
-from trainer.models import build_model, head_parameter_names
+from trainer.model_shapes import head_parameter_names
+from trainer.models import build_model
 from trainer.run_log import RunLog
 
 
@@ -189,7 +190,6 @@ def build_parts(
     """A fresh model (seeded by the caller), its optimizer, LR schedule and gradient scaler."""
     memory_format = torch.channels_last if cfg.channels_last else torch.preserve_format
     model = build_model(cfg.model, num_classes).to(device, memory_format=memory_format)  # type: ignore[call-overload]  # Module.to takes memory_format; its stubs omit it
-    _check_input_size(model, cfg, device)
     head = head_parameter_names(cfg.model, num_classes) if head_only_steps(cfg, plan) else None
     optimizer = _build_optimizer(cfg, model, plan.global_batch, device, head=head)
     schedule = warmup_cosine(plan.warmup_steps, plan.total_steps)
@@ -207,25 +207,6 @@ def build_parts(
         scaler=torch.amp.GradScaler(device.type, enabled=precision.name == "fp16"),
         criterion=torch.nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
     )
-
-
-def _check_input_size(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> None:
-    """ConfigError if one image of --image-size does not go through the model.
-
-    In eval mode and without gradients: no random draw, no BatchNorm statistic changes.
-    """
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(torch.zeros(1, 3, cfg.image_size, cfg.image_size, device=device))
-    except (RuntimeError, ValueError) as err:
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(
-            f"--image-size {cfg.image_size} is too small for --model {cfg.model} ({reason}); "
-            "use a larger --image-size (torchvision's models are made for 224)"
-        ) from err
-    finally:
-        model.train()
 
 
 def head_only_steps(cfg: TrainConfig, plan: RunPlan) -> int:

@@ -41,15 +41,6 @@ def model_names_source() -> str:
     return MODEL_NAMES_TEMPLATE.format(names=names)
 
 
-def head_parameter_names(arch: str, num_classes: int) -> set[str]:
-    """The names of the classifier head's parameters: those whose shape follows the number of
-    classes (the model built twice on the meta device, with one class more; nothing allocated)."""
-    with torch.device("meta"):
-        params = dict(build_model(arch, num_classes).named_parameters())
-        more = dict(build_model(arch, num_classes + 1).named_parameters())
-    return {name for name, param in params.items() if param.shape != more[name].shape}
-
-
 BATCHNORM_MOMENTUM = 0.1
 """The least running-statistics momentum of the models' BatchNorm layers (PyTorch's default).
 torchvision builds some with less, for reference recipes of hundreds of epochs (MobileNetV3,

@@ -34,6 +34,7 @@ from trainer.errors import (
 )
 from trainer.flags import parse_flags
 from trainer.loop import Trainer
+from trainer.model_shapes import check_image_size
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +57,7 @@ def run_training(config: TrainConfig, environ: typing.Mapping[str, str] = os.env
         env = dist_env_from(environ)
         device = select_device(config, env, environ)
         config = settle_for_device(config, device, env)
+        check_image_size(config.model, config.image_size)  # before it meets the others
         configure_backends(config, device, env)
         control_group = init_process_group(env, device, config.init_timeout_s)
         return Trainer(config, env, device, control_group, stop, environ).run()

@@ -94,6 +94,25 @@ def test_run_local_refuses_them_before_anything_runs(tmp_path: Path):
     assert not (tmp_path / "ws" / "logs").exists()  # no pipeline started
 
 
+# -- the model's image size, in the check step ----------------------------------------------------
+
+
+def test_an_image_size_the_model_cannot_take_fails_the_check_step(capfd):
+    """alexnet's layers leave nothing of 32 px images: refused before any node starts, naming
+    the parameter and the smallest size alexnet takes (measured on the meta device)."""
+    values = arguments(model="alexnet", image_size=32)
+    with pytest.raises(SystemExit) as failed:
+        check_arguments_step(**values)
+    assert str(failed.value).startswith("1 bad pipeline argument(s): image_size=32: ")
+    out = capfd.readouterr().out
+    assert "bad argument: image_size=32: --image-size 32 does not fit --model alexnet" in out
+    assert "use --image-size 63 or more" in out
+    # A ViT takes exactly the size it is built for.
+    with pytest.raises(SystemExit, match=r"image_size=128: .*use --image-size 224, the size"):
+        check_arguments_step(**arguments(model="vit_b_16", image_size=128))
+    check_arguments_step(**arguments(model="alexnet", image_size=64))  # returns
+
+
 # -- baseline_uri, in the check step --------------------------------------------------------------
 
 

@@ -180,5 +180,9 @@ def test_paths_and_sizes_that_cannot_work_exit_2(tmp_path, data, capsys):
     assert f"--checkpoint-dir {a_file} is a file" in capsys.readouterr().err
     assert main([*base, *out, "--model", "squeezenet1_1"]) == 2  # TINY: 16 px images
     err = capsys.readouterr().err
-    assert "--image-size 16 is too small for --model squeezenet1_1" in err
+    assert "--image-size 16 does not fit --model squeezenet1_1" in err and "or more" in err
+    # A ViT takes the one size it is built for (its assertion was no ConfigError: exit 1)
+    assert main([*base, *out, "--model", "vit_b_16"]) == 2
+    err = capsys.readouterr().err
+    assert "--image-size 16 does not fit --model vit_b_16" in err and "--image-size 224" in err
     assert not (tmp_path / "out").exists()

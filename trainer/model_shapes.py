@@ -1,0 +1,123 @@
+"""What a model's shapes allow, found without its memory: the model built on the meta device.
+
+- ``head_parameter_names``: the classifier head's parameters (those that follow the classes).
+- ``image_size_problem``: why a model cannot take images of a size, and the size to use, before
+  anything starts (the pipeline's check step, and each trainer before it meets the others).
+  torchvision's models take different sizes: inception_v3 75 px or more, alexnet 63, vgg 32,
+  the ViTs exactly the 224 they are built for; a wrong one used to fail in the first training
+  step, with a shape error, once every node had started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from trainer.errors import ConfigError
+from trainer.models import build_model
+
+LARGEST_SIDE = 1024
+"""The largest image side searched for the smallest one a model takes."""
+BUILT_SIDE = 224
+"""The side torchvision builds a model for when the model fixes it (the ViTs, MaxViT)."""
+META_BATCH = 2
+"""The batch of the probe's forward pass: BatchNorm in training needs two values a channel."""
+
+
+def build_on_meta(arch: str, num_classes: int) -> torch.nn.Module:
+    """``arch`` with its parameters and buffers on the meta device: shapes, no memory.
+
+    Most builders run whole under ``torch.device("meta")``. RegNet's works out its widths with
+    tensor arithmetic (``.tolist()``), which meta tensors cannot answer: it runs on the CPU, each
+    parameter and buffer moved to the meta device as a module registers it.
+    """
+    try:
+        with torch.device("meta"):
+            return build_model(arch, num_classes)
+    except NotImplementedError:
+        with _registered_on_meta():
+            return build_model(arch, num_classes)
+
+
+@contextlib.contextmanager
+def _registered_on_meta() -> Iterator[None]:
+    """Every parameter and buffer a module registers goes to the meta device (for the whole
+    process while it lasts: a model built in another thread meanwhile would be empty too)."""
+    module = torch.nn.Module
+    register_parameter, register_buffer = module.register_parameter, module.register_buffer
+
+    def on_meta_parameter(self, name, param):
+        if param is not None:
+            param = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        register_parameter(self, name, param)
+
+    def on_meta_buffer(self, name, tensor, persistent=True):
+        register_buffer(self, name, None if tensor is None else tensor.to("meta"), persistent)
+
+    module.register_parameter = on_meta_parameter  # type: ignore[method-assign]
+    module.register_buffer = on_meta_buffer  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        module.register_parameter = register_parameter  # type: ignore[method-assign]
+        module.register_buffer = register_buffer  # type: ignore[method-assign]
+
+
+def head_parameter_names(arch: str, num_classes: int) -> set[str]:
+    """The names of the classifier head's parameters: those whose shape follows the number of
+    classes (the model built twice on the meta device, with one class more; nothing allocated)."""
+    params = dict(build_on_meta(arch, num_classes).named_parameters())
+    more = dict(build_on_meta(arch, num_classes + 1).named_parameters())
+    return {name for name, param in params.items() if param.shape != more[name].shape}
+
+
+def image_size_problem(arch: str, image_size: int) -> str | None:
+    """Why ``arch`` cannot train on images of ``image_size`` px, and what to use instead (None:
+    it can, or the meta device cannot tell)."""
+    model = build_on_meta(arch, 2).train()
+    failure = _forward_failure(model, image_size)
+    if failure is None:
+        return None
+    if _forward_failure(model, LARGEST_SIDE) is None:
+        fix = f"use --image-size {_smallest_side(model, image_size)} or more"
+    elif _forward_failure(model, BUILT_SIDE) is None:
+        fix = f"use --image-size {BUILT_SIDE}, the size torchvision builds it for"
+    else:
+        fix = "choose another --model or --image-size"
+    return f"--image-size {image_size} does not fit --model {arch} ({failure}); {fix}"
+
+
+def check_image_size(arch: str, image_size: int) -> None:
+    """Raise ConfigError (exit 2, not retried) when ``arch`` cannot take ``image_size``."""
+    problem = image_size_problem(arch, image_size)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def _forward_failure(model: torch.nn.Module, side: int) -> str | None:
+    """The first line of what a training forward pass on ``side`` px images raises (None: it
+    passes, or an operator has no meta kernel to tell)."""
+    images = torch.empty(META_BATCH, 3, side, side, device="meta")
+    try:
+        with torch.no_grad():
+            model(images)
+    except NotImplementedError:
+        return None
+    except (RuntimeError, ValueError, AssertionError) as exc:
+        said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return said[:200]
+    return None
+
+
+def _smallest_side(model: torch.nn.Module, failing: int) -> int:
+    """The smallest side above ``failing`` the model takes, ``LARGEST_SIDE`` taking it."""
+    low, high = failing, LARGEST_SIDE
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _forward_failure(model, middle) is None:
+            high = middle
+        else:
+            low = middle
+    return high
