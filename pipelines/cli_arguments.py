@@ -122,8 +122,9 @@ def checked_arguments(arguments: Mapping[str, Any], **compile_time: Any) -> None
     workspace_path, storage, cluster_settings). A problem exits 2, one line each: parameter,
     value, fix.
     """
-    # Here, not at the top: the checks import the trainer's (torch, ~2 s), which the CLI's --help
-    # and its other commands do not need.
+    # Here, not at the top: the checks import the trainer's (torch, ~2 s; the model's image
+    # size, torchvision), which the CLI's --help and its other commands do not need.
+    from pipelines.late_checks import check_model_input
     from pipelines.validation import ArgumentError, check_arguments
 
     complete = with_defaults(arguments, compile_time.get("storage"))
@@ -135,6 +136,7 @@ def checked_arguments(arguments: Mapping[str, Any], **compile_time: Any) -> None
     complete |= fixed | {"storage": DEFAULT_STORAGE} | compile_time
     try:
         check_arguments(complete)
+        check_model_input(complete)
     except ArgumentError as exc:
         raise click.UsageError(
             "bad pipeline argument(s):\n" + "\n".join(f"  -p {p}" for p in exc.problems)

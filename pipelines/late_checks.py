@@ -13,8 +13,9 @@ beyond each argument's own value. Each names the parameter the user set, its val
   (``components.evaluate.gate.load_baseline``: the same endpoint and the same credentials,
   which the check step gets like the data and evaluation steps), so a missing baseline fails in
   seconds rather than after the training.
-- ``model_input_problems(arguments)`` (``check_model_input`` raises them), the check step only
-  (torch and torchvision: seconds): whether the model takes the training images' size
+- ``model_input_problems(arguments)`` (``check_model_input`` raises them), the check step and
+  the CLI before it submits (torch and torchvision: seconds, so not in ``check_arguments``):
+  whether the model takes the training images' size
   (``trainer.model_shapes``, on the meta device), which failed in the first training step once
   every node had started (inception_v3 needs 75 px or more, the ViTs exactly 224).
 """

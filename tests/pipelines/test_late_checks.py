@@ -113,6 +113,13 @@ def test_an_image_size_the_model_cannot_take_fails_the_check_step(capfd):
     check_arguments_step(**arguments(model="alexnet", image_size=64))  # returns
 
 
+def test_the_cli_refuses_an_image_size_the_model_cannot_take_before_submitting():
+    args = ["render", *REQUIRED, "-p", "model=alexnet", "-p", "image_size=32"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "-p image_size=32: --image-size 32 does not fit --model alexnet" in result.output
+
+
 # -- baseline_uri, in the check step --------------------------------------------------------------
 
 
