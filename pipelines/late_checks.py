@@ -128,7 +128,7 @@ def model_input_problems(arguments: Mapping[str, Any]) -> list[ParameterError]:
     from components.launcher.step import TrainingStepInputs, trainer_args_for
     from pipelines.plan import planned_step_inputs
     from trainer.flags import check_flags
-    from trainer.model_shapes import image_size_problem  # torch, torchvision: this step only
+    from trainer.model_shapes import image_size_problem  # torch, torchvision: when checked
 
     inputs = TrainingStepInputs(**planned_step_inputs(arguments, "DIGEST"))
     if StepOverrides.parse(inputs.overrides_json).spec_fields.get("command") is not None:
