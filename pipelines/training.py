@@ -85,7 +85,7 @@ RUN_SIZE_INPUTS = (
 )
 """The parameters the data step checks against the images it counts (``pipelines.run_size``)."""
 STEP_REQUESTS = {
-    "check": ("100m", "256Mi"),
+    "check": ("100m", "512Mi"),
     "data": ("500m", "1Gi"),
     "train": ("250m", "1Gi"),
     "evaluate": ("2", "4Gi"),
@@ -93,9 +93,11 @@ STEP_REQUESTS = {
     "cleanup": ("100m", "256Mi"),
 }
 """CPU and memory each step requests (never BestEffort; a namespace's ResourceQuota counts
-them): the check and the cleanup are API calls; the data step lists or syncs the data set; the
-training step follows the job and exports the model; the evaluation scores the model on the
-validation split on its CPUs; publishing uploads the model."""
+them): the check makes API calls and puts one batch of the training's image size through the
+model on the meta device (torch and torchvision: ~375 MB at its peak, measured); the cleanup
+makes API calls; the data step lists or syncs the data set; the training step follows the job
+and exports the model; the evaluation scores the model on the validation split on its CPUs;
+publishing uploads the model."""
 DESCRIPTIONS = {
     "object-store": (
         "Train an ImageFolder from S3 with PyTorch DDP as a Kubeflow TrainJob or PyTorchJob "
