@@ -29,8 +29,10 @@ from components.evaluate.errors import EvaluationError
 from components.evaluate.gate import load_baseline
 from components.launcher import SpecError
 from components.launcher.options import OPTIONS_OF_BACKEND
-from components.launcher.step import StepOverrides
+from components.launcher.step import StepOverrides, TrainingStepInputs, trainer_args_for
 from pipelines.parameter_errors import ArgumentError, ParameterError
+from pipelines.plan import planned_step_inputs
+from trainer.flags import check_flags
 
 
 def configuration_problems(arguments: Mapping[str, Any]) -> list[ParameterError]:
@@ -125,10 +127,8 @@ def check_baseline(arguments: Mapping[str, Any]) -> None:
 def model_input_problems(arguments: Mapping[str, Any]) -> list[ParameterError]:
     """Whether the trainer's model takes its images' size (both pipeline parameters, which
     ``trainer_args`` cannot set); nothing to check for a command of one's own."""
-    from components.launcher.step import TrainingStepInputs, trainer_args_for
-    from pipelines.plan import planned_step_inputs
-    from trainer.flags import check_flags
-    from trainer.model_shapes import image_size_problem  # torch, torchvision: when checked
+    # Here, not at the top: torch and torchvision (seconds), which the other checks do not need.
+    from trainer.model_shapes import image_size_problem
 
     inputs = TrainingStepInputs(**planned_step_inputs(arguments, "DIGEST"))
     if StepOverrides.parse(inputs.overrides_json).spec_fields.get("command") is not None:
