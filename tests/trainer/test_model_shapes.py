@@ -6,6 +6,7 @@ built there too."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from trainer.model_shapes import build_on_meta, image_size_problem
 
@@ -37,6 +38,4 @@ def test_regnet_is_built_on_the_meta_device_too():
     assert {p.device.type for p in model.parameters()} == {"meta"}
     assert model.fc.out_features == 5
     assert image_size_problem("regnet_y_400mf", 32) is None
-    import torch
-
     assert torch.nn.Linear(2, 2).weight.device.type == "cpu"  # registration restored
