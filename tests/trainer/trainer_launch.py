@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from tests.trainer.trainer_forkserver import ForkedTrainer
+
 REPO = Path(__file__).resolve().parents[2]
 DIST_VARS = (
     "RANK",
@@ -61,8 +63,9 @@ def base_env() -> dict[str, str]:
     return env
 
 
-def start_operator_style(rank_args: list[list[str]], *, log_dir: Path) -> list[subprocess.Popen]:
-    """One ``python -m trainer.train`` per "pod": RANK = pod index, WORLD_SIZE, MASTER_*, PET_*."""
+def start_operator_style(rank_args: list[list[str]], *, log_dir: Path) -> list[ForkedTrainer]:
+    """One ``python -m trainer.train`` per "pod" (forked: :mod:`tests.trainer.trainer_forkserver`),
+    with RANK = pod index, WORLD_SIZE, MASTER_*, PET_*."""
     port, world = free_port(), len(rank_args)
     procs = []
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -78,20 +81,11 @@ def start_operator_style(rank_args: list[list[str]], *, log_dir: Path) -> list[s
             "PET_MASTER_ADDR": "127.0.0.1",
             "PET_MASTER_PORT": str(port),
         }
-        log = open(log_dir / f"rank{rank}.log", "ab")  # noqa: SIM115 - closed by wait_all
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "trainer.train", *args],
-                cwd=REPO,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
+        procs.append(ForkedTrainer(args, env=env, cwd=REPO, log_path=log_dir / f"rank{rank}.log"))
     return procs
 
 
-def wait_all(procs: list[subprocess.Popen], timeout: float = 120) -> list[int]:
+def wait_all(procs: list[ForkedTrainer], timeout: float = 120) -> list[int]:
     deadline = time.monotonic() + timeout
     codes = []
     for proc in procs:

@@ -1,0 +1,88 @@
+"""Trainer processes forked from a server that imported torch once, not one interpreter each.
+
+On 2 cores the suite is CPU-bound, and a ``python -m trainer.train`` spends ~3.5 CPU-s importing
+torch, torch._dynamo (the optimizer's constructor imports it), torchvision and TensorBoard before
+it reads a flag: with a few dozen tiny two-rank runs that is minutes of the suite. Python's own
+``forkserver`` start method keeps one single-threaded server per pytest worker that imported them
+(:mod:`tests.trainer.trainer_preload`) and forks each rank from it.
+
+Each rank is still its own process, with the environment, working directory, log file and exit
+code of ``python -m trainer.train``: the child sets them and runs the module as ``__main__``
+(:func:`runpy.run_module`, what ``-m`` does), so SIGKILL, SIGTERM, the exit codes and the
+DataLoader workers it spawns behave as in a pod. What it does not cover, the interpreter start
+itself, every other test that runs the trainer covers: torchrun's ranks, the local backend's
+"pods", kfp.local's steps, the image's containers and the real node's pods all start
+``python -m trainer.train``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import multiprocessing
+import os
+import runpy
+import sys
+from pathlib import Path
+
+PRELOAD = "tests.trainer.trainer_preload"
+_context = multiprocessing.get_context("forkserver")
+_context.set_forkserver_preload([PRELOAD])
+
+
+def _run_trainer(args: list[str], env: dict[str, str], cwd: str, log_path: str) -> None:
+    """In the forked child: become ``python -u -m trainer.train ARGS`` with ``env`` in ``cwd``."""
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    # Unbuffered, as `python -u`: a test reads the log while the rank runs.
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+    sys.argv = ["-m", *args]
+    try:
+        runpy.run_module("trainer.train", run_name="__main__", alter_sys=True)
+    finally:
+        atexit._run_exitfuncs()  # what the interpreter's exit would run; the server skips it
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+class ForkedTrainer:
+    """The parts of :class:`subprocess.Popen` the tests use, for a rank forked by the server."""
+
+    def __init__(self, args: list[str], *, env: dict[str, str], cwd: Path, log_path: Path):
+        self._process = _context.Process(
+            target=_run_trainer, args=(args, env, str(cwd), str(log_path)), daemon=False
+        )
+        self._process.start()
+        self.pid = self._process.pid
+        self.args = args
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            import subprocess
+
+            raise subprocess.TimeoutExpired(["trainer.train", *self.args], timeout or 0)
+        return self._process.exitcode
+
+    def send_signal(self, signum: int) -> None:
+        if self._process.exitcode is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self._process.kill()
+
+    def terminate(self) -> None:
+        self._process.terminate()
