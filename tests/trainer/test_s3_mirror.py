@@ -22,6 +22,7 @@ from tests.trainer.s3_mirror_helpers import (
     remote_steps,
     wait_for_line,
 )
+from tests.trainer.trainer_forkserver import ForkedTrainer
 from tests.trainer.trainer_launch import (
     REPO,
     RESUME_ARGS,
@@ -311,17 +312,10 @@ def test_a_last_checkpoint_that_cannot_be_made_durable_fails_the_run(tmp_path, s
     args = ["--data-dir", data, "--output-dir", out, *TINY, "--batch-size", "2", "--epochs", "6"]
     args += ["--checkpoint-every-steps", "0", "--checkpoint-uri", f"s3://{bucket}/run"]
     log = tmp_path / "trainer.log"
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "trainer.train", *map(str, args)],
-            cwd=REPO,
-            env=base_env(),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-        wait_for_line(log, "0 complete checkpoint(s)", [proc])
-        s3_env.client().delete_bucket(Bucket=bucket)
-        code = proc.wait(timeout=300)
+    proc = ForkedTrainer([*map(str, args)], env=base_env(), cwd=REPO, log_path=log)
+    wait_for_line(log, "0 complete checkpoint(s)", [proc])
+    s3_env.client().delete_bucket(Bucket=bucket)
+    code = proc.wait(timeout=300)
     text = log.read_text()
     assert code == EXIT_STORAGE, text
     assert "the last checkpoint, step-108, is complete in" in text

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.certs import CertificateAuthority
+from tests.trainer.trainer_forkserver import ForkedTrainer
 from tests.trainer.trainer_launch import REPO, base_env, free_port, logs, wait_all
 from tests.trainer.trainjob_status_server import (
     HangingServer,
@@ -330,13 +331,11 @@ def test_only_rank_0_reports(tmp_path, ca):
                 CA_CERT_VARIABLE: str(ca_file),
                 TOKEN_VARIABLE: str(token),
             }
-            command = [sys.executable, "-m", "trainer.train", *SYNTHETIC, *TINY, *QUIET]
-            command += ["--output-dir", str(tmp_path / f"out-{rank}")]
-            command += ["--progress-report-interval-s", "1", "--init-timeout-s", "90"]
+            args = [*SYNTHETIC, *TINY, *QUIET, "--output-dir", str(tmp_path / f"out-{rank}")]
+            args += ["--progress-report-interval-s", "1", "--init-timeout-s", "90"]
             (tmp_path / "logs").mkdir(exist_ok=True)
-            log = open(tmp_path / "logs" / f"rank{rank}.log", "ab")  # noqa: SIM115
-            procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log))
-            log.close()
+            log = tmp_path / "logs" / f"rank{rank}.log"
+            procs.append(ForkedTrainer(args, env=env, cwd=REPO, log_path=log))
         assert wait_all(procs, timeout=180) == [0, 0], logs(tmp_path / "logs")
     assert len(server.requests) >= 2
     assert {r.token for r in server.requests} == {"token-of-rank-0"}
