@@ -28,6 +28,17 @@ from pathlib import Path
 PRELOAD = "tests.trainer.trainer_preload"
 _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload([PRELOAD])
+_started: list[multiprocessing.process.BaseProcess] = []
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """At the pytest worker's exit, kill the ranks a failed test left running: multiprocessing
+    would otherwise wait for them (they are not daemons: a rank starts DataLoader workers)."""
+    for process in _started:
+        if process.exitcode is None:
+            process.kill()
+            process.join(10)
 
 
 def _run_trainer(args: list[str], env: dict[str, str], cwd: str, log_path: str) -> None:
@@ -59,6 +70,7 @@ class ForkedTrainer:
             target=_run_trainer, args=(args, env, str(cwd), str(log_path)), daemon=False
         )
         self._process.start()
+        _started.append(self._process)
         self.pid = self._process.pid
         self.args = args
 
