@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -28,6 +27,7 @@ import yaml
 
 from components.launcher import TrainSpec
 from components.launcher.monitoring_documents import monitoring_documents
+from tests.trainer.trainer_forkserver import ForkedTrainer
 from tests.trainer.trainer_launch import REPO, base_env, free_port
 
 CACHE = Path.home() / ".cache" / "kfp-ddp" / "prometheus"
@@ -89,7 +89,7 @@ def start_group(command: list[str], log: Path, env: dict[str, str] | None = None
         )
 
 
-def stop_group(process: subprocess.Popen) -> None:
+def stop_group(process: subprocess.Popen | ForkedTrainer) -> None:
     """Kill the process's whole group (a stopped one is continued first), and reap it."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGCONT)
@@ -102,7 +102,7 @@ def stop_group(process: subprocess.Popen) -> None:
 class ScrapedRun:
     """Two trainer ranks ("pods" on loopback) and the Prometheus that scrapes them."""
 
-    trainers: list[subprocess.Popen]
+    trainers: list[ForkedTrainer]
     prometheus_url: str
     hang_expression: str
     logs: Path
@@ -127,8 +127,9 @@ class ScrapedRun:
         return "\n".join(f"== {p.name}\n{p.read_text()[-3000:]}" for p in self.logs.glob("*.log"))
 
 
-def start_trainers(ports: list[int], logs: Path) -> list[subprocess.Popen]:
-    """One ``python -m trainer.train`` per "pod", the Training Operator's env contract."""
+def start_trainers(ports: list[int], logs: Path) -> list[ForkedTrainer]:
+    """One ``python -m trainer.train`` per "pod" (forked: :mod:`tests.trainer.trainer_forkserver`),
+    the Training Operator's env contract, each in a session of its own."""
     master = free_port()
     trainers = []
     for rank, port in enumerate(ports):
@@ -138,9 +139,9 @@ def start_trainers(ports: list[int], logs: Path) -> list[subprocess.Popen]:
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(master),
         }
-        command = [sys.executable, "-m", "trainer.train", *TRAINER]
-        command += ["--output-dir", str(logs / f"out{rank}"), "--metrics-port", str(port)]
-        trainers.append(start_group(command, logs / f"rank{rank}.log", env))
+        args = [*TRAINER, "--output-dir", str(logs / f"out{rank}"), "--metrics-port", str(port)]
+        log = logs / f"rank{rank}.log"
+        trainers.append(ForkedTrainer(args, env=env, cwd=REPO, log_path=log, new_session=True))
     return trainers
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.trainer.trainer_forkserver import ForkedTrainer
 from tests.trainer.trainer_launch import REPO, base_env, free_port
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
@@ -92,14 +93,9 @@ def test_a_one_process_run_serves_its_metrics_and_needs_nothing_when_off(tmp_pat
     port = free_port()
     args = [*SYNTHETIC, *TINY, "--epochs", "1000", "--max-steps", "100000", "--log-interval", "2"]
     args += ["--metrics-port", str(port), "--metrics-job", "demo", "--output-dir", str(tmp_path)]
-    trainer = subprocess.Popen(
-        [sys.executable, "-m", "trainer.train", *args],
-        cwd=REPO,
-        env=base_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    (tmp_path / "logs").mkdir()
+    log = tmp_path / "logs" / "trainer.log"
+    trainer = ForkedTrainer(args, env=base_env(), cwd=REPO, log_path=log, new_session=True)
     try:
         text = _scrape_until(port, 'kfp_ddp_train_images_per_second{job="demo"', trainer)
     finally:
@@ -112,7 +108,7 @@ def test_a_one_process_run_serves_its_metrics_and_needs_nothing_when_off(tmp_pat
     assert f"kfp_ddp_train_data_wait_seconds_total{labels}" in text
 
 
-def _scrape_until(port: int, wanted: str, trainer: subprocess.Popen, timeout: float = 60) -> str:
+def _scrape_until(port: int, wanted: str, trainer: ForkedTrainer, timeout: float = 60) -> str:
     import time
 
     deadline = time.monotonic() + timeout

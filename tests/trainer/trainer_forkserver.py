@@ -41,8 +41,12 @@ def _kill_leftovers() -> None:
             process.join(10)
 
 
-def _run_trainer(args: list[str], env: dict[str, str], cwd: str, log_path: str) -> None:
+def _run_trainer(
+    args: list[str], env: dict[str, str], cwd: str, log_path: str, new_session: bool
+) -> None:
     """In the forked child: become ``python -u -m trainer.train ARGS`` with ``env`` in ``cwd``."""
+    if new_session:
+        os.setsid()  # as Popen(start_new_session=True): a process group the test can signal
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -65,9 +69,19 @@ def _run_trainer(args: list[str], env: dict[str, str], cwd: str, log_path: str) 
 class ForkedTrainer:
     """The parts of :class:`subprocess.Popen` the tests use, for a rank forked by the server."""
 
-    def __init__(self, args: list[str], *, env: dict[str, str], cwd: Path, log_path: Path):
+    def __init__(
+        self,
+        args: list[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        log_path: Path,
+        new_session: bool = False,
+    ):
         self._process = _context.Process(
-            target=_run_trainer, args=(args, env, str(cwd), str(log_path)), daemon=False
+            target=_run_trainer,
+            args=(args, env, str(cwd), str(log_path), new_session),
+            daemon=False,
         )
         self._process.start()
         _started.append(self._process)
