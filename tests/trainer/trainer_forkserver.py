@@ -84,7 +84,7 @@ class ForkedTrainer:
             daemon=False,
         )
         self._process.start()
-        _started.append(self._process)
+        _started[:] = [p for p in _started if p.exitcode is None] + [self._process]
         self.pid = self._process.pid
         self.args = args
 
