@@ -87,8 +87,8 @@ class TensorBoardLog(NoTensorBoard):
         self.writer.close()  # flushes the events still queued
 
 
-def _summary_writer(folder: Path) -> Any:
-    """``SummaryWriter(folder)`` without importing TensorFlow.
+def summary_writer_class() -> Any:
+    """``torch.utils.tensorboard.SummaryWriter``, imported without TensorFlow.
 
     TensorBoard's writer uses TensorFlow's file layer when TensorFlow is installed (seconds of
     import and log noise); ``tensorboard.compat.notf`` is TensorBoard's own switch to its
@@ -98,7 +98,12 @@ def _summary_writer(folder: Path) -> Any:
         sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("notf"))
     from torch.utils.tensorboard import SummaryWriter
 
-    return SummaryWriter(log_dir=str(folder), flush_secs=30)
+    return SummaryWriter
+
+
+def _summary_writer(folder: Path) -> Any:
+    """``SummaryWriter(folder)``, without importing TensorFlow (:func:`summary_writer_class`)."""
+    return summary_writer_class()(log_dir=str(folder), flush_secs=30)
 
 
 def tensorboard_log(

@@ -22,6 +22,7 @@ import io
 import multiprocessing
 import os
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -98,8 +99,6 @@ class ForkedTrainer:
     def wait(self, timeout: float | None = None) -> int:
         self._process.join(timeout)
         if self._process.exitcode is None:
-            import subprocess
-
             raise subprocess.TimeoutExpired(["trainer.train", *self.args], timeout or 0)
         return self._process.exitcode
 

@@ -6,19 +6,15 @@ itself (each rank runs it as ``__main__``, as ``-m`` does). None of them starts 
 OpenBLAS's pool, started by numpy's import, which re-creates itself after a fork.
 """
 
-import sys
-import types
-
 import torch  # noqa: F401
 import torch._dynamo  # noqa: F401  # the optimizer's constructor imports it
 import torch.distributed  # noqa: F401
 
 import trainer.loop  # noqa: F401
+from trainer.tensorboard_log import summary_writer_class
 from trainer.tv_compat import import_torchvision
 
 import_torchvision()
 import torchvision.models  # noqa: E402, F401
 
-# TensorBoard's writer without TensorFlow, as trainer.tensorboard_log imports it.
-sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("notf"))
-import torch.utils.tensorboard  # noqa: E402, F401
+summary_writer_class()  # TensorBoard's writer, without TensorFlow, as the trainer imports it
