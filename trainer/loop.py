@@ -293,8 +293,12 @@ class Trainer:
             resuming = (
                 f", resuming at step {state.step} (epoch {state.epoch}, batch {state.position})"
             )
+        where = str(self.device)
+        if self.device.type == "cpu":  # oversubscribed cores show here first
+            threads = torch.get_num_threads()
+            where += f" ({threads} thread{'s' if threads != 1 else ''})"
         self.log.line(
-            f"{cfg.model} on {self.device} x {env.world_size} ({env.launcher}), precision "
+            f"{cfg.model} on {where} x {env.world_size} ({env.launcher}), precision "
             f"{self.precision.name}, global batch {plan.global_batch}, "
             f"lr {self.parts.optimizer.param_groups[0]['initial_lr']:.4g} "
             f"(warm-up {plan.warmup_steps} steps), {plan.steps_per_epoch} steps/epoch, "

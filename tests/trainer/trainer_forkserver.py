@@ -42,6 +42,23 @@ def _kill_leftovers() -> None:
             process.join(10)
 
 
+def _follow_omp_num_threads(env: dict[str, str]) -> None:
+    """Give torch the compute threads this rank's ``OMP_NUM_THREADS`` asks for.
+
+    A fresh interpreter's OpenMP runtime reads it when torch loads; here torch loaded in the
+    server, under the environment of whichever test first started it. Without this a rank ran
+    with the server's count: two ranks of 2 threads on 2 cores train ~4x slower than 1-thread
+    ones, and a deterministic run's weights differ between thread counts (CPU reductions split
+    by thread), so a resumed run no longer matched a reference made by another server.
+    (Unset, the trainer sets the count itself: ``trainer.distributed.configure_cpu_threads``.)
+    """
+    value = env.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if value:
+        import torch  # the server's: already imported
+
+        torch.set_num_threads(int(value))
+
+
 def _run_trainer(
     args: list[str], env: dict[str, str], cwd: str, log_path: str, new_session: bool
 ) -> None:
@@ -50,6 +67,7 @@ def _run_trainer(
         os.setsid()  # as Popen(start_new_session=True): a process group the test can signal
     os.environ.clear()
     os.environ.update(env)
+    _follow_omp_num_threads(env)
     os.chdir(cwd)
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(log, 1)
