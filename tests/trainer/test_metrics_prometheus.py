@@ -10,11 +10,13 @@ rendered PrometheusRule and evaluated through Prometheus's query API.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -43,7 +45,11 @@ TRAINER = [
 
 
 def prometheus_binary() -> Path:
-    """Debian's Prometheus, unpacked into the cache (downloaded once); skips saying why not."""
+    """Debian's Prometheus, unpacked into the cache (downloaded once); skips saying why not.
+
+    Both xdist workers may ask at once on a cold cache (this module's fixture runs once per
+    worker): a lock lets the first fetch it and the second find it.
+    """
     binary = CACHE / "root" / "usr" / "bin" / "prometheus"
     if binary.is_file():
         return binary
@@ -51,29 +57,34 @@ def prometheus_binary() -> Path:
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not available: cannot fetch Debian's prometheus package")
     CACHE.mkdir(parents=True, exist_ok=True)
-    download = CACHE / "download"
-    shutil.rmtree(download, ignore_errors=True)
-    download.mkdir()
-    try:
-        fetched = subprocess.run(
-            ["apt-get", "download", "prometheus"],
-            cwd=download,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        pytest.skip(f"apt-get download prometheus failed: {err}")
-    packages = sorted(download.glob("prometheus_*.deb"))
-    if fetched.returncode != 0 or not packages:
-        pytest.skip(f"apt-get download prometheus failed: {fetched.stderr.strip()[-500:]}")
-    unpacked = CACHE / "unpacking"
-    shutil.rmtree(unpacked, ignore_errors=True)
-    subprocess.run(["dpkg", "-x", str(packages[-1]), str(unpacked)], check=True, timeout=120)
-    shutil.rmtree(CACHE / "root", ignore_errors=True)
-    unpacked.rename(CACHE / "root")  # whole or not at all, for the next session
-    shutil.rmtree(download, ignore_errors=True)
+    with open(CACHE / "fetch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not binary.is_file():
+            _fetch_into(CACHE / "root")
     return binary
+
+
+def _fetch_into(root: Path) -> None:
+    """``apt-get download prometheus`` and ``dpkg -x`` it; ``root`` appears whole or not at all."""
+    with tempfile.TemporaryDirectory(dir=CACHE) as work:
+        download, unpacked = Path(work) / "download", Path(work) / "unpacked"
+        download.mkdir()
+        try:
+            fetched = subprocess.run(
+                ["apt-get", "download", "prometheus"],
+                cwd=download,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            pytest.skip(f"apt-get download prometheus failed: {err}")
+        packages = sorted(download.glob("prometheus_*.deb"))
+        if fetched.returncode != 0 or not packages:
+            pytest.skip(f"apt-get download prometheus failed: {fetched.stderr.strip()[-500:]}")
+        subprocess.run(["dpkg", "-x", str(packages[-1]), str(unpacked)], check=True, timeout=120)
+        shutil.rmtree(root, ignore_errors=True)  # a partial tree of an older layout
+        unpacked.rename(root)
 
 
 def start_group(command: list[str], log: Path, env: dict[str, str] | None = None):
