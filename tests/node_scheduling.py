@@ -16,6 +16,11 @@ once only those are left. The cluster tests are, in this order:
 The scheduler sees test ids only, so a file is a plane file when one of its functions (a test or
 a fixture) takes a plane fixture; ``tests/conftest.py`` checks every collected test against the
 fixtures it really uses, so a test that reaches a plane some other way fails collection.
+
+One more rule, for every other file: a file that defines a module-scoped fixture
+(:func:`has_a_module_fixture`: a Ray head, a Prometheus-scraped training, a compiled pipeline)
+is *claimed* by the first worker to take one of its tests, and only that worker takes the rest.
+``load`` scheduling alone hands a file's tests out in turn, so each worker set the fixture up.
 """
 
 from __future__ import annotations
@@ -56,10 +61,37 @@ def uses_a_plane(path: Path) -> bool:
     )
 
 
+@functools.cache
+def has_a_module_fixture(path: Path) -> bool:
+    """Whether the test file ``path`` defines a fixture with ``scope="module"``."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError):
+        return False
+    return any(
+        isinstance(decorator, ast.Call)
+        and any(
+            keyword.arg == "scope"
+            and isinstance(keyword.value, ast.Constant)
+            and keyword.value.value == "module"
+            for keyword in decorator.keywords
+        )
+        for function in ast.walk(tree)
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+        for decorator in function.decorator_list
+    )
+
+
 class ClusterOwnerScheduling(LoadScheduling):
     """``load`` scheduling; the real node's and the control planes' tests on one worker."""
 
     owner = None
+    """The worker that runs the cluster tests: the first to ask while any are pending."""
+
+    def __init__(self, config, log=None):
+        super().__init__(config, log)
+        self.claims: dict[str, object] = {}
+        """A file with a module-scoped fixture → the worker that took its first test."""
 
     def _rank(self, index: int) -> int | None:
         """0: a real node's test, 1: a plane file's, None: any worker's."""
@@ -70,11 +102,23 @@ class ClusterOwnerScheduling(LoadScheduling):
             return 1
         return None
 
+    def _claimed_by_another(self, node, index: int) -> bool:
+        claimant = self.claims.get(file_of(self.collection[index]), node)
+        return claimant is not node
+
+    def _claim(self, node, chosen: list[int]) -> None:
+        for index in chosen:
+            file = file_of(self.collection[index])
+            if has_a_module_fixture(Path(self.config.rootpath) / file):
+                self.claims.setdefault(file, node)
+
     def _send_tests(self, node, num: int) -> None:
         ranks = {i: self._rank(i) for i in self.pending}
         if self.owner is None and any(rank is not None for rank in ranks.values()):
             self.owner = node  # the first worker to ask while cluster tests are pending
-        others = [i for i in self.pending if ranks[i] is None]
+        others = [
+            i for i in self.pending if ranks[i] is None and not self._claimed_by_another(node, i)
+        ]
         if node is self.owner:
             pinned = {i: rank for i, rank in ranks.items() if rank is not None}
             candidates = sorted(pinned, key=pinned.__getitem__) + others  # stable: in order
@@ -82,21 +126,34 @@ class ClusterOwnerScheduling(LoadScheduling):
             candidates = others
         chosen = candidates[:num]
         if chosen:
+            self._claim(node, chosen)
             taken = set(chosen)
             self.pending[:] = [i for i in self.pending if i not in taken]
             self.node2pending[node].extend(chosen)
             node.send_runtest_some(chosen)
 
+    def _nothing_left_for(self, node) -> bool:
+        """Whether every pending test is another worker's: the owner's, or in another's claim."""
+        return all(
+            (self._rank(i) is not None and self.owner not in (None, node))
+            or self._claimed_by_another(node, i)
+            for i in self.pending
+        )
+
     def check_schedule(self, node, duration: float = 0) -> None:
-        left_for_others = [i for i in self.pending if self._rank(i) is None]
         if (
             self.pending
-            and not left_for_others
-            and node is not self.owner
-            and self.owner is not None
             and not self.node2pending[node]
             and not node.shutting_down
+            and self._nothing_left_for(node)
         ):
-            node.shutdown()  # only the owner's tests are left: nothing for this worker
+            node.shutdown()  # what is left, other workers take: nothing for this one
             return
         super().check_schedule(node, duration)
+
+    def remove_node(self, node):
+        """A worker that crashed: its claims and the cluster tests go to whoever asks next."""
+        self.claims = {file: n for file, n in self.claims.items() if n is not node}
+        if node is self.owner:
+            self.owner = None
+        return super().remove_node(node)

@@ -1,6 +1,7 @@
 """The suite's xdist scheduling keeps the real node's tests on one worker (two real nodes on one
 host would share a bridge, ports and containerd's state: CI failed that way), and the tests that
-use a control plane on that same worker (each plane then starts once in the session)."""
+use a control plane on that same worker (each plane then starts once in the session); a file with
+a module-scoped fixture stays on the worker that took its first test (set up once, not twice)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.node_scheduling import is_node_test, uses_a_plane
+from tests.node_scheduling import has_a_module_fixture, is_node_test, uses_a_plane
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,6 +21,10 @@ import pytest
 
 @pytest.fixture
 def cluster():  # a plane fixture's name: tests/node_scheduling.py reads it from the file
+    return None
+
+@pytest.fixture(scope="module")
+def shared():  # set up once per worker that runs one of this file's tests
     return None
 
 @pytest.mark.parametrize("n", range({count}))
@@ -46,6 +51,14 @@ def test_plane_files_are_recognised_by_the_fixtures_their_functions_take():
     assert not uses_a_plane(tests / "no_such_file.py")
 
 
+def test_files_with_a_module_scoped_fixture_are_recognised():
+    tests = REPO / "tests"
+    assert has_a_module_fixture(tests / "trainer" / "test_ray_train.py")  # the Ray head
+    assert has_a_module_fixture(tests / "pipelines" / "test_object_store_yaml.py")
+    assert not has_a_module_fixture(tests / "trainer" / "test_train_ddp.py")
+    assert not has_a_module_fixture(tests / "no_such_file.py")
+
+
 def test_the_cluster_tests_run_on_one_worker_node_tests_first_the_others_on_both(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "conftest.py").write_text(
@@ -60,9 +73,12 @@ def test_the_cluster_tests_run_on_one_worker_node_tests_first_the_others_on_both
         "test_real_node_b": 3,
         "test_other_2": 6,
         "test_plane_b": 2,
+        "test_shared_1": 6,
+        "test_shared_2": 5,
     }
+    fixtures = {"test_plane": "cluster", "test_shared": "shared"}
     for name, count in files.items():
-        fixture = "cluster" if name.startswith("test_plane") else "tmp_path"
+        fixture = fixtures.get(name.rsplit("_", 1)[0], "tmp_path")
         (tmp_path / f"{name}.py").write_text(RECORDING_TEST.format(count=count, fixture=fixture))
     record = tmp_path / "record.jsonl"
     result = subprocess.run(
@@ -84,3 +100,6 @@ def test_the_cluster_tests_run_on_one_worker_node_tests_first_the_others_on_both
     order = [2 if kind is None else kind for kind, worker in kinds if worker == owner]
     assert order == sorted(order), runs
     assert {worker for _, worker in runs} == {"gw0", "gw1"}, runs
+    # A file with a module-scoped fixture: all its tests on one worker.
+    for shared in ("test_shared_1", "test_shared_2"):
+        assert len({worker for module, worker in runs if module == shared}) == 1, runs

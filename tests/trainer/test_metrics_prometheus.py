@@ -47,8 +47,8 @@ TRAINER = [
 def prometheus_binary() -> Path:
     """Debian's Prometheus, unpacked into the cache (downloaded once); skips saying why not.
 
-    Both xdist workers may ask at once on a cold cache (this module's fixture runs once per
-    worker): a lock lets the first fetch it and the second find it.
+    Two processes may ask at once on a cold cache (two sessions, or both xdist workers when
+    the file's tests are split between them): a lock lets the first fetch it, the next find it.
     """
     binary = CACHE / "root" / "usr" / "bin" / "prometheus"
     if binary.is_file():
