@@ -47,16 +47,23 @@ def is_node_test(nodeid: str) -> bool:
 
 
 @functools.cache
-def uses_a_plane(path: Path) -> bool:
-    """Whether a function of the test file ``path`` takes one of :data:`PLANE_FIXTURES`."""
+def functions_of(path: Path) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, ...]:
+    """Every function the test file ``path`` defines (none when it cannot be read or parsed)."""
     try:
         tree = ast.parse(path.read_text())
     except (OSError, SyntaxError):
-        return False
+        return ()
+    return tuple(
+        node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    )
+
+
+@functools.cache
+def uses_a_plane(path: Path) -> bool:
+    """Whether a function of the test file ``path`` takes one of :data:`PLANE_FIXTURES`."""
     return any(
         argument.arg in PLANE_FIXTURES
-        for function in ast.walk(tree)
-        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+        for function in functions_of(path)
         for argument in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)
     )
 
@@ -64,10 +71,6 @@ def uses_a_plane(path: Path) -> bool:
 @functools.cache
 def has_a_module_fixture(path: Path) -> bool:
     """Whether the test file ``path`` defines a fixture with ``scope="module"``."""
-    try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError):
-        return False
     return any(
         isinstance(decorator, ast.Call)
         and any(
@@ -76,8 +79,7 @@ def has_a_module_fixture(path: Path) -> bool:
             and keyword.value.value == "module"
             for keyword in decorator.keywords
         )
-        for function in ast.walk(tree)
-        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+        for function in functions_of(path)
         for decorator in function.decorator_list
     )
 
