@@ -100,8 +100,9 @@ def test_hundreds_of_buckets_take_writes_whatever_the_disk():
     buckets = [f"many-{i:03d}" for i in range(210)]
     with LocalS3Server() as server:
         # Retries as any S3 client makes them: on a loaded machine SeaweedFS may answer a
-        # transient 500 while it grows a volume; a bucket without a slot is refused on every try.
-        retries = {"max_attempts": 4, "mode": "standard"}
+        # transient 500 while it grows a volume (4 tries were once not enough in CI: backoff of a
+        # few seconds in all); a bucket without a slot is refused on every try.
+        retries = {"max_attempts": 10, "mode": "standard"}
         client = server.client(max_pool_connections=8, retries=retries)
 
         def write_and_read(name: str) -> bytes:
