@@ -153,6 +153,28 @@ def check_compatible(
         )
 
 
+def match_parameter_layouts(optimizer: torch.optim.Optimizer) -> None:
+    """Give each optimizer state tensor (momentum, Adam's moments) its parameter's memory layout.
+
+    A checkpoint's tensors come back in the layout they were written in, and the background
+    copy writes them contiguous (into its pinned buffers), while a channels_last model's
+    weights are not. CUDA's fused SGD and AdamW refuse a step whose parameters, gradients and
+    state differ in strides (``check_fast_path_restrictions``), so without this every resumed
+    GPU run with the defaults (channels_last, fused) crashed at its first step. The values
+    are unchanged: the resumed run stays bit-exact.
+    """
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            state = optimizer.state.get(param, {})
+            for key, value in state.items():
+                if (
+                    isinstance(value, torch.Tensor)
+                    and value.shape == param.shape
+                    and value.stride() != param.stride()
+                ):
+                    state[key] = torch.empty_like(param, dtype=value.dtype).copy_(value)
+
+
 def restore(
     state: dict[str, Any],
     parts: TrainingParts,
@@ -165,6 +187,7 @@ def restore(
     """Load a checkpoint into ``parts``; the loop state to continue from."""
     parts.model.load_state_dict(state["model"])
     parts.optimizer.load_state_dict(state["optimizer"])
+    match_parameter_layouts(parts.optimizer)
     parts.scheduler.load_state_dict(state["scheduler"])
     if state["scaler"]:
         parts.scaler.load_state_dict(state["scaler"])

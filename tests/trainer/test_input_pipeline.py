@@ -257,10 +257,12 @@ def test_worker_count_follows_the_cgroup_cpu_quota(tmp_path, monkeypatch):
     assert default_num_workers(cuda, 8, cpus=128) == 15  # split among the node's processes
     assert default_num_workers(cuda, 8, cpus=16) == 2  # at least 2
     assert default_num_workers(cpu, 1, cpus=16) == 0  # CPU training: the cores compute
-    import trainer.distributed
+    import trainer.loader
 
-    monkeypatch.setattr(trainer.distributed, "available_cpus", lambda: 6)
-    assert default_num_workers(cuda, 2) == 2
+    # Without cpus=, the quota is read (available_cpus, as the loader imported it): 10 CPUs give
+    # 2 processes 4 workers each, which neither a 2-core machine (2) nor a 16-core one (7) would.
+    monkeypatch.setattr(trainer.loader, "available_cpus", lambda: 10)
+    assert default_num_workers(cuda, 2) == 4
 
 
 def test_prefetch_depth_keeps_batches_in_flight_within_half_of_dev_shm():
