@@ -178,8 +178,13 @@ def reference_missing() -> list[str]:
 
 
 def _port_taken(port: int) -> bool:
-    """Whether something listens on ``port`` of this machine (on any interface)."""
+    """Whether something listens on ``port`` of this machine (on any interface).
+
+    SO_REUSEADDR, as the operator's own Go listener sets it: the connections of a plane that
+    just stopped, left in TIME_WAIT for a minute, do not count (a second ``pytest -m node``
+    right after the first found the port "taken" and failed its setup)."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("0.0.0.0", port))
         except OSError:
