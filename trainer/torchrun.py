@@ -12,6 +12,10 @@ worker saved a checkpoint and exited 143. This wrapper runs torchrun unchanged a
 * workers failed → the first permanent worker code (1-127) if there is one, otherwise a
   retryable code (143 when workers stopped on SIGTERM, ``128 + signal`` when killed by one).
 
+A node that is a client of the rendezvous store first waits until the store answers
+(:mod:`trainer.rendezvous_wait`), so a restarted pod does not lose torchrun's 60 s ``read_timeout``
+on the old address of a peer that is being replaced.
+
 When a worker ended with a permanent error, its one-line message (left in torchrun's
 ``TORCHELASTIC_ERROR_FILE`` by the trainer) is printed last, so the pod's log ends with the cause
 and the fix, not with torchrun's stack trace.
@@ -26,6 +30,7 @@ import sys
 
 from kfp_ddp.console import whole_lines
 from trainer.errors import ERROR_SOURCE, EXIT_PEER_LOST, EXIT_SIGTERM
+from trainer.rendezvous_wait import store_to_wait_for, wait_for_store
 
 
 def worker_exit_code(exit_codes: list[int]) -> int:
@@ -48,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import main as torchrun_main
 
+    store = store_to_wait_for(sys.argv[1:] if argv is None else argv)
+    if store is not None:  # a replaced peer's old address would cost torchrun its read_timeout
+        wait_for_store(store, say=lambda line: print(line, file=sys.stderr, flush=True))
     try:
         torchrun_main(argv)
     except SignalException as err:
