@@ -52,7 +52,7 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the tests marked ``slow`` first (otherwise in collection order).
 
-    With ``-n 2`` a long test that starts last leaves the other worker idle until it ends; started
+    With xdist a long test that starts last leaves the other workers idle until it ends; started
     first, the short tests fill in around it (``--maxschedchunk 1`` in pyproject.toml: a worker
     takes the next test when it is free, not a fixed share). The order is the same in every
     worker, as xdist requires.

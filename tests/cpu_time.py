@@ -1,11 +1,11 @@
 """What each test costs the suite in CPU time, and a summary by file at the end of the run.
 
-On 2 cores the suite is CPU-bound (both cores ~90 % busy from start to end), so a test's wall
-time says little about what it costs: a test that waits leaves its core to the other worker, and
-one that starts 4 trainers takes both. Each test's CPU seconds are those of the pytest process
-and of the children it reaped while the test ran (setup, call and teardown): the trainers,
-kfp.local's steps, the servers a fixture stopped. They go into the test's junit record as the
-property ``cpu_s``, and the terminal summary lists the files that cost the most.
+On 2 cores the suite is CPU-bound (3 workers keep both cores ~90 % busy from start to end), so a
+test's wall time says little about what it costs: a test that waits leaves its core to another
+worker, and one that starts 4 trainers takes both. Each test's CPU seconds are those of the
+pytest process and of the children it reaped while the test ran (setup, call and teardown): the
+trainers, kfp.local's steps, the servers a fixture stopped. They go into the test's junit record
+as the property ``cpu_s``, and the terminal summary lists the files that cost the most.
 
 Not counted in ``cpu_s``: processes this process does not reap (pods on the real node and
 containers run under containerd and podman; Ray's daemons), and a session fixture's server until

@@ -4,8 +4,8 @@ pytest-xdist's own way (``--dist loadgroup`` with ``xdist_group`` marks) does no
 pytest 9 (xdist 3.8 renames the collected items through an attribute pytest 9 no longer reads),
 and it would also group every other test by module. This is xdist's ``load`` scheduling (a free
 worker takes the next test) with one rule: the *cluster tests* all go to one worker, the first
-to ask while any are pending, before its other tests; the other worker never gets one, and stops
-once only those are left. The cluster tests are, in this order:
+to ask while any are pending, before its other tests; the other workers never get one, and each
+stops once only those are left. The cluster tests are, in this order:
 
 - the tests in ``test_real_node*.py`` files, one after another (its node starts once and stops
   after them: two real nodes on one host would share a bridge, ports and containerd's state);
