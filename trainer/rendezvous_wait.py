@@ -8,7 +8,8 @@ lost ~50 s each that way; a shorter ``read_timeout`` only made torchrun give up 
 restart again.
 
 So a node that connects to the store as a client first probes it: a plain TCP connect of at
-most :data:`CONNECT_TIMEOUT_S`, the name resolved again on every try, a pause of
+most :data:`CONNECT_TIMEOUT_S`, the name resolved once on every try (a name that does not exist
+yet took ~15 s to fail on the test node, so no try resolves it twice), a pause of
 :data:`RETRY_PAUSE_S` between tries, for at most the rendezvous' join timeout (torchrun's
 ``join_timeout``, 600 s by default: how long a node waits for the others). A connection that is
 opened and closed without a word is harmless to the store. When the store never answers,
@@ -23,10 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import ipaddress
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 CONNECT_TIMEOUT_S = 2.0
 """One connect attempt: an address that answers does so in milliseconds, even across nodes."""
@@ -43,6 +45,9 @@ class StoreEndpoint:
     host: str
     port: int
     wait_s: float
+    may_be_here: bool = False
+    """c10d without ``is_host``: torchrun hosts the store here if ``host`` resolves to this
+    machine, which can be known only once the name resolves (checked on every try)."""
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
@@ -76,13 +81,36 @@ def store_to_wait_for(argv: list[str]) -> StoreEndpoint | None:
     is_host = conf.get("is_host", "").lower()
     if is_host in ("1", "true", "yes", "y"):
         return None
-    if is_host not in ("0", "false", "no", "n") and hosts_the_store(store.host):
+    if is_host in ("0", "false", "no", "n"):
+        return store
+    if names_this_machine(store.host):
         return None
-    return store
+    return replace(store, may_be_here=True)
+
+
+def names_this_machine(host: str) -> bool:
+    """Whether ``host`` is this machine by its name, its canonical name or an address literal:
+    torchrun's own test (``_matches_machine_hostname``) short of resolving ``host``. Resolving a
+    name that does not exist yet (the peer's pod is being replaced) can take many seconds."""
+    if host == "localhost" or host == socket.gethostname():
+        return True
+    try:
+        literal = ipaddress.ip_address(host)
+    except ValueError:
+        literal = None
+    if literal is not None and literal.is_loopback:
+        return True
+    try:
+        mine = socket.getaddrinfo(
+            socket.gethostname(), None, proto=socket.IPPROTO_TCP, flags=socket.AI_CANONNAME
+        )
+    except OSError:
+        return False
+    return any(info[3] == host or (literal and info[4][0] == str(literal)) for info in mine)
 
 
 def hosts_the_store(host: str) -> bool:
-    """torchrun's own test of whether ``host`` is this machine (name or address); when that test
+    """torchrun's own test of whether ``host`` is this machine, ``host`` resolved; when that test
     cannot be found, assume it is (no wait: what torchrun did before)."""
     try:
         from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname
@@ -103,8 +131,7 @@ def wait_for_store(
     failures = 0
     while True:
         try:
-            with socket.create_connection((store.host, store.port), timeout=CONNECT_TIMEOUT_S):
-                pass
+            here = _try(store)
         except OSError as err:  # refused, timed out, unreachable, not (yet) in DNS
             failures += 1
             if failures == 1:
@@ -120,10 +147,31 @@ def wait_for_store(
                 return False
             pause(RETRY_PAUSE_S)
             continue
-        if failures:
+        if here:
+            if failures:
+                say(f"[torchrun] {store.host} is this machine: torchrun hosts the store here")
+        elif failures:
             waited = clock() - began
             say(f"[torchrun] the rendezvous store at {store} answered after {waited:.0f} s")
         return True
+
+
+def _try(store: StoreEndpoint) -> bool:
+    """One try: resolve the name once, then connect to its addresses. True when the name turns
+    out to be this machine's (torchrun will host the store); OSError when nothing answers."""
+    addresses = socket.getaddrinfo(store.host, store.port, type=socket.SOCK_STREAM)
+    if store.may_be_here and hosts_the_store(store.host):
+        return True
+    failure: OSError = ConnectionRefusedError(f"no address of {store.host} accepted")
+    for family, kind, proto, _, address in addresses:
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(CONNECT_TIMEOUT_S)
+                sock.connect(address)
+                return False
+        except OSError as err:
+            failure = err
+    raise failure
 
 
 def _reason(err: OSError) -> str:

@@ -38,14 +38,43 @@ def test_a_workers_only_pytorchjob_waits_for_worker_0_unless_it_is_worker_0(monk
     monkeypatch.setenv("PET_NNODES", "2")
     monkeypatch.setenv("PET_RDZV_BACKEND", "c10d")
     monkeypatch.setenv("PET_RDZV_ENDPOINT", "job-worker-0:29400")
-    assert store_to_wait_for(TRAIN) == StoreEndpoint("job-worker-0", 29400, 600.0)
+    expected = StoreEndpoint("job-worker-0", 29400, 600.0, may_be_here=True)
+    assert store_to_wait_for(TRAIN) == expected
     monkeypatch.setenv("PET_RDZV_ENDPOINT", f"{socket.gethostname()}:29400")
     assert store_to_wait_for(TRAIN) is None  # this machine's name: torchrun hosts the store here
 
 
+def test_whether_the_endpoint_is_this_machine_is_decided_without_resolving_it(monkeypatch):
+    """A peer's name that does not exist yet took ~15 s to fail to resolve on the real node."""
+    looked_up = []
+    real = socket.getaddrinfo
+
+    def recorded(host, *args, **kwargs):
+        looked_up.append(host)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", recorded)
+    monkeypatch.setenv("PET_NNODES", "2")
+    monkeypatch.setenv("PET_RDZV_BACKEND", "c10d")
+    monkeypatch.setenv("PET_RDZV_ENDPOINT", "job-worker-0:29400")
+    assert store_to_wait_for(TRAIN) is not None
+    assert "job-worker-0" not in looked_up  # this machine's own name only: /etc/hosts
+
+
+def test_a_name_that_resolves_to_this_machine_ends_the_wait_at_once():
+    """Only known once the name resolves (a DNS alias of this machine): torchrun hosts the
+    store, so there is nothing to wait for, and nothing listens yet."""
+    said: list[str] = []
+    here = StoreEndpoint(socket.gethostname(), free_port(), 30.0, may_be_here=True)
+    began = time.monotonic()
+    assert wait_for_store(here, say=said.append)
+    assert time.monotonic() - began < 5 and said == []
+
+
 def test_flags_and_rendezvous_conf_as_torchrun_reads_them():
     c10d = ["--nnodes", "1:4", "--rdzv-backend", "c10d", "--rdzv-endpoint"]
-    assert store_to_wait_for([*c10d, "peer", *TRAIN]) == StoreEndpoint("peer", 29400, 600.0)
+    expected = StoreEndpoint("peer", 29400, 600.0, may_be_here=True)
+    assert store_to_wait_for([*c10d, "peer", *TRAIN]) == expected
     assert store_to_wait_for([*c10d, "127.0.0.1:5000", *TRAIN]) is None  # loopback: this machine
     conf = ["--rdzv-conf", "is_host=false,join_timeout=30"]
     expected = StoreEndpoint("127.0.0.1", 5000, 30.0)
