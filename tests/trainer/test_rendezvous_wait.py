@@ -45,7 +45,7 @@ def test_a_workers_only_pytorchjob_waits_for_worker_0_unless_it_is_worker_0(monk
 
 
 def test_whether_the_endpoint_is_this_machine_is_decided_without_resolving_it(monkeypatch):
-    """A peer's name that does not exist yet took ~15 s to fail to resolve on the real node."""
+    """One lookup fewer of a peer's name that may not exist yet (one took 15 s under load)."""
     looked_up = []
     real = socket.getaddrinfo
 
