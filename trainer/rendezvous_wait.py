@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 CONNECT_TIMEOUT_S = 2.0
 """One connect attempt: an address that answers does so in milliseconds, even across nodes."""
 RETRY_PAUSE_S = 1.0
-DEFAULT_JOIN_TIMEOUT_S = 600.0
+DEFAULT_JOIN_TIMEOUT_S = 600
 """torchrun's default ``join_timeout``."""
 C10D_DEFAULT_PORT = 29400
 
@@ -56,14 +56,20 @@ class StoreEndpoint:
 def store_to_wait_for(argv: list[str]) -> StoreEndpoint | None:
     """The store this node connects to as a client; None when it hosts it, runs alone, or the
     arguments are not torchrun's (torchrun then says what is wrong with them itself)."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.utils import _parse_rendezvous_config
     from torch.distributed.run import parse_args, parse_min_max_nnodes
 
-    try:  # quietly: torchrun prints the usage or the error itself
+    try:  # quietly, and as torchrun reads them: it prints the usage or the error itself
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             args = parse_args(argv)
-        conf = _rendezvous_conf(args.rdzv_conf)
-        max_nodes = parse_min_max_nnodes(args.nnodes)[1]
-        wait_s = float(conf.get("join_timeout", DEFAULT_JOIN_TIMEOUT_S))
+        min_nodes, max_nodes = parse_min_max_nnodes(args.nnodes)
+        conf = RendezvousParameters(
+            args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id, min_nodes, max_nodes,
+            **_parse_rendezvous_config(args.rdzv_conf),
+        )  # fmt: skip
+        wait_s = float(conf.get_as_int("join_timeout") or DEFAULT_JOIN_TIMEOUT_S)
+        is_host = conf.get_as_bool("is_host")
     except (SystemExit, ValueError, RuntimeError):
         return None
     if args.standalone or max_nodes <= 1:
@@ -78,11 +84,8 @@ def store_to_wait_for(argv: list[str]) -> StoreEndpoint | None:
     store = _endpoint(args.rdzv_endpoint, C10D_DEFAULT_PORT, wait_s)
     if store is None:
         return None
-    is_host = conf.get("is_host", "").lower()
-    if is_host in ("1", "true", "yes", "y"):
-        return None
-    if is_host in ("0", "false", "no", "n"):
-        return store
+    if is_host is not None:
+        return None if is_host else store
     if names_this_machine(store.host):
         return None
     return replace(store, may_be_here=True)
@@ -186,13 +189,3 @@ def _endpoint(endpoint: str | None, default_port: int, wait_s: float) -> StoreEn
         return None
     host, port = parse_rendezvous_endpoint(endpoint, default_port=default_port)
     return StoreEndpoint(host, port, wait_s)
-
-
-def _rendezvous_conf(text: str) -> dict[str, str]:
-    """``--rdzv-conf key=value,key=value`` as torchrun reads it (values already checked there)."""
-    conf = {}
-    for item in (text or "").split(","):
-        key, _, value = item.partition("=")
-        if key.strip():
-            conf[key.strip()] = value.strip()
-    return conf
