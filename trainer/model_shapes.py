@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 
 import torch
@@ -73,9 +74,11 @@ def head_parameter_names(arch: str, num_classes: int) -> set[str]:
     return {name for name, param in params.items() if param.shape != more[name].shape}
 
 
+@functools.lru_cache(maxsize=256)
 def image_size_problem(arch: str, image_size: int) -> str | None:
     """Why ``arch`` cannot train on images of ``image_size`` px, and what to use instead (None:
-    it can, or the meta device cannot tell)."""
+    it can, or the meta device cannot tell). Found once per process for each pair (the model's
+    forward passes on the meta device take 0.05-0.2 s of CPU, a size search some more)."""
     model = build_on_meta(arch, 2).train()
     failure = _forward_failure(model, image_size)
     if failure is None:
