@@ -178,6 +178,11 @@ class LogHandler(BaseHTTPRequestHandler):
                 return
 
 
+FRESH_WATCH_EVERY = 12
+"""Of the played kubelet's 5-s pod watches, one in this many lists every pod again (once a
+minute)."""
+
+
 class FakeKubelet:
     """The kubelet of one Node of a ``ControlPlane`` (``start()``/``stop()``; one per plane)."""
 
@@ -488,11 +493,16 @@ class FakeKubelet:
         kubelet removes it (grace period 0), as a kubelet does once they stopped."""
         from kubernetes import watch
 
-        # Each watch goes on from the last one's resource version: a watch without one starts
-        # with an ADDED event for every pod of the node, each decoded into a V1Pod (measured: the
-        # busiest loop of the suite's own processes when it started afresh every 5 s).
+        # A watch goes on from the last one's resource version: one without starts with an ADDED
+        # event for every pod of the node, each decoded into a V1Pod (measured: the busiest loop
+        # of the suite's own processes when every watch, each 5 s, started afresh). Every
+        # FRESH_WATCH_EVERY-th starts afresh all the same: a pod whose finish failed is retried.
         version: str | None = None
+        watches = 0
         while not self._stop.is_set():
+            watches += 1
+            if watches % FRESH_WATCH_EVERY == 0:
+                version = None
             stream = watch.Watch()
             try:
                 for event in stream.stream(

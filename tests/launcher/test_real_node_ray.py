@@ -6,9 +6,9 @@ submit`` once they are ready, and our trainer trains under Ray Train as 2 worker
 the launcher follows the pods' logs to the end.
 
 Both RayJobs (the one that trains to the end, the one whose worker pod is deleted) start
-together, each in a namespace of its own (node_runs.py): a Ray cluster spends much of its start
-waiting (KubeRay's GCS wait, the readiness probes, the submitter), which the other job's start
-fills."""
+together, each in a namespace of its own (node_runs.py): a Ray cluster's start waits in places
+(KubeRay's GCS wait, the readiness probes, the submitter), which the other job fills. The two keep
+the node's 2 CPUs busy, so the gain is small (node_runs.py has the numbers)."""
 
 from __future__ import annotations
 
