@@ -88,6 +88,15 @@ PEER_LOSS_SIGNS = (
     "nccl",
     "socket",
 )
+# gloo's own wording for a peer that is gone or stuck. torch does not always prefix it with the
+# source file (gloo/transport/tcp/pair.cc): a collective that finds its pair already closed by
+# another one's timeout raises just "Application timeout caused pair closure".
+GLOO_PEER_LOSS_MESSAGES = (
+    "application timeout caused pair closure",
+    "ms for recv operation to complete",
+    "ms for send operation to complete",
+    "remote peer closed the connection",
+)
 
 
 def lost_peer(err: BaseException) -> bool:
@@ -101,6 +110,8 @@ def lost_peer(err: BaseException) -> bool:
     if isinstance(err, getattr(dist, "DistError", ())):
         return True
     text = str(err).lower()
+    if any(message in text for message in GLOO_PEER_LOSS_MESSAGES):
+        return True
     transport = "gloo" in text or "nccl" in text
     return transport and any(sign in text for sign in PEER_LOSS_SIGNS)
 

@@ -6,8 +6,11 @@ import json
 import signal
 import time
 
+import pytest
+
 from tests.image_data import write_image_folder
 from tests.trainer.trainer_launch import TINY, logs, run_operator_style, start_operator_style
+from trainer.train import lost_peer
 
 
 def test_fp16_gradient_compression_trains_in_sync(tmp_path):
@@ -74,3 +77,31 @@ def test_a_dead_peer_makes_the_survivor_exit_retryable(tmp_path):
     log = logs(tmp_path / "logs")
     assert code == 200, log
     assert "lost contact with another rank" in log, log
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # seen in CI: DDP's buffer broadcast found the pair closed by another op's timeout
+        "Application timeout caused pair closure",
+        "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+        "Timed out waiting 3000ms for recv operation to complete",
+        "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error "
+        "[10.0.0.7]:41234: Connection reset by peer",
+        "[../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer",
+    ],
+)
+def test_gloo_messages_of_a_lost_peer_are_retryable(message):
+    assert lost_peer(RuntimeError(message))
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "mat1 and mat2 shapes cannot be multiplied (4x576 and 1024x3)",
+        "CUDA out of memory. Tried to allocate 2.00 GiB",
+        "Timeout reading the data folder",  # a timeout, but not of the job's transport
+    ],
+)
+def test_other_runtime_errors_are_not_a_lost_peer(message):
+    assert not lost_peer(RuntimeError(message))
