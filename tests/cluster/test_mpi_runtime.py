@@ -25,7 +25,7 @@ def restricted(cluster, request):
     name = cluster.create_namespace(request.node.name, pod_security="restricted")
     cluster.plane.apply(load_documents(TRAINER / "runtimes" / "deepspeed_distributed.yaml"))
     yield name
-    cluster.delete_namespace(name)
+    cluster.clear_namespace(name)
 
 
 RUNTIMES = {

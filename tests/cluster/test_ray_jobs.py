@@ -40,7 +40,7 @@ IMAGE = "registry.example.com/team/kfp-ddp-ray:1"
 def restricted(cluster, request):
     name = cluster.create_namespace(request.node.name, pod_security="restricted")
     yield name
-    cluster.delete_namespace(name)
+    cluster.clear_namespace(name)
 
 
 def _spec(namespace: str, **kw) -> TrainSpec:

@@ -34,7 +34,7 @@ def restricted(cluster, request):
     name = cluster.create_namespace(request.node.name, pod_security="restricted")
     cluster.plane.apply(load_documents(TRAINER / "runtimes" / RUNTIMES["xgboost-distributed"]))
     yield name
-    cluster.delete_namespace(name)
+    cluster.clear_namespace(name)
 
 
 def _env(pod) -> dict[str, str]:

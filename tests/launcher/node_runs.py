@@ -88,7 +88,7 @@ def started_together(
     node_cluster: NodeCluster, plans: dict[str, Callable[[Namespace], Planned]]
 ) -> Iterator[dict[str, NodeRun]]:
     """Start each plan's job in a new namespace (named after the plan), all at once; on exit the
-    namespaces are deleted and the launcher threads waited for."""
+    namespaces are cleared (their jobs and pods deleted) and the launcher threads waited for."""
     runs: dict[str, NodeRun] = {}
     try:
         with ExitStack() as namespaces:
@@ -106,5 +106,5 @@ def started_together(
                     ns, planned.job, lines, outcome, time.monotonic(), planned.dataset
                 )
             yield runs
-    finally:  # a job its test left running goes with its namespace; its launcher then stops
+    finally:  # a job its test left running is deleted by now; its launcher then stops
         wait([run.outcome for run in runs.values()], timeout=WAIT_AT_END_S)

@@ -41,7 +41,7 @@ def enforcing(cluster, level, request):
     """A namespace of the whole plane enforcing ``level``."""
     name = cluster.create_namespace(request.node.name, pod_security=level)
     yield name
-    cluster.delete_namespace(name)
+    cluster.clear_namespace(name)
 
 
 def job_spec(namespace: str, api: str, **kw: Any) -> TrainSpec:
@@ -133,7 +133,7 @@ def test_ipc_lock_is_an_explicit_opt_in_that_needs_a_privileged_namespace(cluste
             if expected == "refused":
                 assert "IPC_LOCK" in why
         finally:
-            cluster.delete_namespace(namespace)
+            cluster.clear_namespace(namespace)
 
 
 def test_the_infiniband_preset_alone_stays_restricted(cluster, enforcing, level):
@@ -173,4 +173,4 @@ def test_a_master_layout_needs_the_operators_init_template_under_restricted(
                 (init,) = worker.spec.init_containers
                 assert init.security_context.read_only_root_filesystem is True
         finally:
-            plane.delete_namespace(namespace)
+            plane.clear_namespace(namespace)

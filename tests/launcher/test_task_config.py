@@ -390,7 +390,7 @@ def test_their_tasks_gpus_tolerations_and_claim_are_in_the_rendered_job(tmp_path
 def restricted(cluster, request):
     name = cluster.create_namespace(request.node.name, pod_security="restricted")
     yield name
-    cluster.delete_namespace(name)
+    cluster.clear_namespace(name)
 
 
 @pytest.mark.parametrize("api", ["trainjob", "pytorchjob"])

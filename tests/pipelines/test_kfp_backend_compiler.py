@@ -169,7 +169,7 @@ def argo(clusters: Clusters) -> Iterator[ArgoApi]:
     try:
         yield ArgoApi(cluster, namespace)
     finally:
-        cluster.delete_namespace(namespace)
+        cluster.clear_namespace(namespace)
 
 
 def admitted(argo: ArgoApi, workflow: dict[str, Any], what: str) -> dict[str, Any]:
