@@ -45,6 +45,11 @@ PORT_ATTEMPTS = 3
 """Starts of a plane whose component found its port taken (ports are picked before binding)."""
 BARE = ()
 """An API server alone: a test installs the CRDs it wants served (``serve_only``)."""
+CHILD_POD_MAKERS = (
+    ("jobset.x-k8s.io", "v1alpha2", "jobsets"),  # a TrainJob's
+    ("ray.io", "v1", "rayclusters"),  # a RayJob's
+)
+"""Custom resources that a training job's controller makes and that make pods in turn."""
 
 
 @dataclass
@@ -75,17 +80,21 @@ class Cluster:
         return name
 
     def clear_namespace(self, name: str) -> None:
-        """Delete what a test left running in namespace ``name``: its training jobs, then its
-        pods, at once. The namespace itself stays until the plane stops.
+        """Delete what a test left running in namespace ``name``: every object that makes pods,
+        then its pods, at once. The namespace itself stays until the plane stops.
 
-        The jobs go first, so that no controller creates a pod again; what their controllers
-        made (JobSets, batch Jobs, Ray clusters, Services, their pods) goes with them, the
-        garbage collector following their owners. The pods get no grace period: a test is over,
-        and left graceful, a real node's pods would spend the next test's first half-minute on
-        their SIGTERM (a trainer's checkpoint and upload, Ray draining its node) on the same 2
-        cores. Deleting the namespace instead makes the namespace controller list and delete
-        every resource type the plane serves (~45 of them: ~90 requests, measured at ~0.28 s of
-        CPU of the API server and controller-manager a namespace, ~17 % of what the 64 tests of
+        The pod makers go first, each kind itself: the training jobs, and what their controllers
+        made that makes pods in turn (JobSets, batch Jobs, Ray clusters). Left to the garbage
+        collector, a child outlives its job for a moment and makes again the pods deleted
+        meanwhile (seen: a RayJob's Ray cluster started its head and workers again, which held
+        the node's memory while the next test's pods waited 16 s to be scheduled). The pods get
+        no grace period: a test is over, and left graceful, a real node's pods would spend the
+        next test's first half-minute on their SIGTERM (a trainer's checkpoint and upload, Ray
+        draining its node) on the same 2 cores.
+
+        Deleting the namespace instead would make the namespace controller list and delete every
+        resource type the plane serves (~45 of them: ~90 requests, measured at ~0.28 s of CPU of
+        the API server and controller-manager a namespace, ~17 % of what the 64 tests of
         test_k8s_backend.py cost the machine) to remove a ServiceAccount, a Role and a Secret
         that cost nothing where they are."""
         from kubernetes import client
@@ -93,18 +102,21 @@ class Cluster:
 
         from components.launcher.apis import JOB_APIS
 
-        custom = client.CustomObjectsApi(self.clients())
-        for api in JOB_APIS.values():
+        jobs = [(api.group, api.version, api.plural) for api in JOB_APIS.values()]
+        admin = self.clients()
+        custom = client.CustomObjectsApi(admin)
+        for group, version, plural in (*jobs, *CHILD_POD_MAKERS):
             try:
                 custom.delete_collection_namespaced_custom_object(
-                    api.group, api.version, name, api.plural, propagation_policy="Background"
+                    group, version, name, plural, propagation_policy="Background"
                 )
             except ApiException as exc:
                 if exc.status != 404:  # an API this plane does not serve
                     raise
-        client.CoreV1Api(self.clients()).delete_collection_namespaced_pod(
-            name, grace_period_seconds=0
+        client.BatchV1Api(admin).delete_collection_namespaced_job(
+            name, propagation_policy="Background"
         )
+        client.CoreV1Api(admin).delete_collection_namespaced_pod(name, grace_period_seconds=0)
 
     def stop(self) -> None:
         self.kubelet.stop()
