@@ -28,9 +28,13 @@ the Ray job's driver on the head. The mapping:
 
 KubeRay sets each Ray container's command (``ray start ...``), adds its ``wait-gcs-ready``
 init container to the workers (the worker's image and securityContext) and its own env
-(``RAY_ADDRESS``...). The probes are ours: KubeRay's ask the dashboard's health endpoints with
-``wget``, which our image lacks; ours ask the same endpoints with Python. The image needs the
-``ray`` extra (``ray[default,train]``: the dashboard agent, the job CLI, Ray Train).
+(``RAY_ADDRESS``...). The probes are ours, HTTP GETs that the kubelet makes itself: KubeRay's
+run ``wget`` (which our image lacks) in the container, and an exec probe costs a process in the
+pod at every check (Python's, ~0.1 s of CPU: a few % of a core per pod for the whole job). Every
+pod's liveness asks its dashboard agent's ``/api/healthz`` (the raylet's health, and on the head
+the GCS's: Ray ≥ 2.53, as KubeRay's own HTTP probes); a worker is ready when that answers, the
+head when its dashboard does (``/api/gcs_healthz``: the job is submitted there). The image needs
+the ``ray`` extra (``ray[default,train]``: the dashboard agent, the job CLI, Ray Train).
 """
 
 from __future__ import annotations
@@ -70,24 +74,29 @@ KUBERNETES_GRACE_S = 30
 """Kubernetes' terminationGracePeriodSeconds when the pod sets none."""
 STOP_MARGIN_S = 5
 """Of a worker pod's grace period, what the preStop hook leaves for Ray to stop after it."""
-RAYLET_HEALTH = "http://localhost:52365/api/local_raylet_healthz"
-GCS_HEALTH = "http://localhost:8265/api/gcs_healthz"
-"""What KubeRay's own probes ask (with wget, which our image has not: ours ask with Python)."""
+AGENT_PORT = 52365
+"""The dashboard agent's port on every Ray node (Ray's and KubeRay's default)."""
+NODE_HEALTH = "/api/healthz"
+"""The agent's health of its node: 200 when the raylet (and on the head, the GCS) is alive."""
+DASHBOARD_PORT = 8265
+GCS_HEALTH = "/api/gcs_healthz"
+"""The head's dashboard: 200 when it serves and the GCS is alive (``ray job submit`` needs both)."""
 READY_AFTER_S = 2
 """The readiness probe's first check, seconds after ``ray start``. KubeRay's default is 10, but a
 failed readiness check before Ray is up costs nothing, and KubeRay submits the job only once
 every pod is ready: a worker ready a few seconds after it starts is seen then, not at 10 s."""
+READY_EVERY_S = 2
+"""Between readiness checks (KubeRay's: 5). A GET the kubelet makes costs the pod next to nothing,
+and a Ray node is up some seconds after ``ray start``: checked every 5 s, a worker found ready
+at the second check waited ~3 s more for it, and the job's submission waits for the last
+worker."""
 
 
-def _probe(urls: tuple[str, ...], *, initial_s: int, failures: int) -> dict[str, Any]:
-    check = (
-        "import sys, urllib.request as u; sys.exit(0 if all(b'success' in u.urlopen(x, "
-        f"timeout=4).read() for x in {list(urls)!r}) else 1)"
-    )
+def _probe(port: int, path: str, *, initial_s: int, every_s: int, failures: int) -> dict[str, Any]:
     return {
-        "exec": {"command": ["python", "-c", check]},
+        "httpGet": {"path": path, "port": port},
         "initialDelaySeconds": initial_s,
-        "periodSeconds": 5,
+        "periodSeconds": every_s,
         "timeoutSeconds": 5,
         "failureThreshold": failures,
     }
@@ -130,10 +139,12 @@ def _template(spec: TrainSpec, container: str, *, node: bool) -> dict[str, Any]:
         ray.pop(key, None)
     labels = template.setdefault("metadata", {}).setdefault("labels", {})
     labels[JOB_LABEL] = spec.name
-    # KubeRay adds wget probes to a Ray container that has none; ours need only Python.
-    urls = (RAYLET_HEALTH,) if node else (RAYLET_HEALTH, GCS_HEALTH)
-    ray["readinessProbe"] = _probe(urls, initial_s=READY_AFTER_S, failures=10)
-    ray["livenessProbe"] = _probe(urls, initial_s=30, failures=120)
+    # KubeRay adds wget probes to a Ray container that has none; the kubelet makes ours.
+    ready = (AGENT_PORT, NODE_HEALTH) if node else (DASHBOARD_PORT, GCS_HEALTH)
+    ray["readinessProbe"] = _probe(
+        *ready, initial_s=READY_AFTER_S, every_s=READY_EVERY_S, failures=25
+    )
+    ray["livenessProbe"] = _probe(AGENT_PORT, NODE_HEALTH, initial_s=30, every_s=5, failures=120)
     hook = stop_hook(spec) if node else None  # the head trains nothing
     if hook:
         ray["lifecycle"] = {"preStop": hook}

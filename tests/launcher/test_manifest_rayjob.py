@@ -59,11 +59,17 @@ def test_our_trainer_as_a_rayjob_is_valid_and_says_everything_kuberay_needs():
     assert group["template"]["spec"]["initContainers"][0]["name"] == "stage-data"
     for container in (head_ray, ray):
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
-        probe = container["readinessProbe"]["exec"]["command"]
-        assert probe[0] == "python" and "local_raylet_healthz" in probe[2]  # no wget needed
-        # asked from the start: KubeRay submits the job only once every pod is ready
+        # GETs the kubelet makes: no wget, no process in the pod at every check
+        assert (
+            "exec" not in container["readinessProbe"] and "exec" not in container["livenessProbe"]
+        )
+        assert container["livenessProbe"]["httpGet"] == {"path": "/api/healthz", "port": 52365}
+        # asked from the start and often: KubeRay submits the job once every pod is ready
         assert container["readinessProbe"]["initialDelaySeconds"] <= 2
-    assert "gcs_healthz" in head_ray["readinessProbe"]["exec"]["command"][2]
+        assert container["readinessProbe"]["periodSeconds"] <= 2
+    assert ray["readinessProbe"]["httpGet"] == {"path": "/api/healthz", "port": 52365}
+    # the head is ready when its dashboard serves: the job is submitted there
+    assert head_ray["readinessProbe"]["httpGet"] == {"path": "/api/gcs_healthz", "port": 8265}
     submitter = body["submitterPodTemplate"]["spec"]
     (container,) = submitter["containers"]
     assert submitter["restartPolicy"] == "Never" and "command" not in container
