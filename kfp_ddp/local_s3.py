@@ -299,6 +299,9 @@ class LocalS3Server:
             f"-master.volumeSizeLimitMB={self.volume_size_mb}",
             f"-volume.max={self.max_volumes}",
             "-master.volumePreallocate=false",
+            # no wait between the volume server's last heartbeat and its stop (1 s in `mini`):
+            # there is no other server to move writes to, and every stop paid it
+            "-volume.preStopSeconds=0",
         ]
         cmd += [f"-{flag}={port}" for flag, port in self.ports.items()]
         self.endpoint_url = f"http://{self.host}:{self.ports['s3.port']}"
