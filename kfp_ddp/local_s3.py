@@ -53,6 +53,8 @@ WEED_MIN_FREE_PERCENT = 1.0
 ``minFreeSpace``): it reports no free volume slots and every write fails."""
 _MiB = 1024 * 1024
 
+PROBE_TIMEOUTS = {"connect_timeout": 5, "read_timeout": 10, "retries": {"total_max_attempts": 1}}
+"""The readiness probe's client settings: a request that gets no answer is asked again."""
 _PORT_FLAGS = (
     "master.port",
     "master.port.grpc",
@@ -324,7 +326,10 @@ class LocalS3Server:
     def _wait_ready(self) -> None:
         """Wait until an authenticated request round-trips (gateway, filer and volume all up)."""
         deadline = time.monotonic() + self.startup_timeout
-        client = self.client()
+        # A probe that gets no answer is given up and asked again: with botocore's defaults (a
+        # 60 s read timeout, retried) one request to a server still starting held a start for
+        # a minute (seen once in a full run of the tests).
+        client = self._new_client(**PROBE_TIMEOUTS)
         probe_bucket = "kfp-ddp-ready-probe"
         last = "no answer yet"
         while time.monotonic() < deadline:
@@ -339,7 +344,7 @@ class LocalS3Server:
                 time.sleep(0.1)
                 continue
             try:
-                client.create_bucket(Bucket=probe_bucket)
+                _ensure_bucket(client, probe_bucket)  # perhaps made by an earlier probe
                 client.put_object(Bucket=probe_bucket, Key="probe", Body=b"ok")
                 client.delete_object(Bucket=probe_bucket, Key="probe")
                 client.delete_bucket(Bucket=probe_bucket)
@@ -519,18 +524,19 @@ class LocalS3Server:
                 f"bucket name {name!r} is not valid: use 3-63 lower-case letters, digits, '-' "
                 "or '.', starting and ending with a letter or digit"
             )
-        client = self.client()
-        try:
-            client.create_bucket(Bucket=name)
-        except client.exceptions.BucketAlreadyOwnedByYou:
-            pass
-        except client.exceptions.BucketAlreadyExists:
-            pass
+        _ensure_bucket(self.client(), name)
         return name
 
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running else "stopped"
         return f"LocalS3Server(endpoint_url={self.endpoint_url!r}, {state})"
+
+
+def _ensure_bucket(client: Any, name: str) -> None:
+    """Create bucket ``name`` unless it is there."""
+    there = (client.exceptions.BucketAlreadyOwnedByYou, client.exceptions.BucketAlreadyExists)
+    with contextlib.suppress(*there):
+        client.create_bucket(Bucket=name)
 
 
 class _StartupFailed(RuntimeError):
