@@ -10,7 +10,8 @@ whose pod runs ``mpirun``. The mapping:
 - ``Worker``: ``workers`` pods, each as a node of the other APIs (GPUs, CPU/memory, the staging
   init container and volumes, pod security), running sshd alone (``SSHD``: UID 1000, port
   2222, no capability, a read-only root; the image's MPI variant, ``image/mpi/``), ready once
-  sshd wrote its pid file; ``slotsPerWorker`` = ``nproc_per_node``;
+  sshd wrote its pid file (a startup probe: nothing runs in the pod after that);
+  ``slotsPerWorker`` = ``nproc_per_node``;
 - ``Launcher``: one pod in the same image with the spec's env (``trainer.mpirun`` forwards it
   to every rank), small fixed requests, no GPU: it trains nothing, it runs our trainer under
   mpirun on every slot (``python -m trainer.mpirun -m trainer.train FLAGS``) or the user's
@@ -47,6 +48,9 @@ SSH_AUTH_MOUNT_PATH = f"{IMAGE_HOME}/.ssh"
 SSHD = ("/usr/sbin/sshd", "-De", "-f", "/etc/ssh/kfp-ddp/sshd_config")
 """The image's MPI variant's sshd (``image/mpi/sshd_config``: port 2222, its pid file in /tmp)."""
 SSHD_PID_FILE = "/tmp/sshd.pid"
+SSHD_START_S = 300
+"""How long a worker's sshd may take to write its pid file before the kubelet restarts the
+container (its startup probe's checks, one a second)."""
 LAUNCHER_CPU = "500m"
 LAUNCHER_MEMORY = "1Gi"
 DEFAULT_BACKOFF_LIMIT = 0
@@ -63,11 +67,14 @@ def _worker(spec: TrainSpec) -> dict[str, Any]:
         container["command"] = list(own)
         return template
     container["command"] = list(SSHD)
-    # Ready once sshd listens (it writes its pid file after binding its port); a tcpSocket
-    # probe would log a failed key exchange every period.
-    container["readinessProbe"] = {
+    # Ready once sshd listens (it writes its pid file after binding its port): a startup
+    # probe, asked every second until then and never after (a readiness probe runs a process
+    # in the pod at every period for the whole job); a tcpSocket probe would log a failed key
+    # exchange every period.
+    container["startupProbe"] = {
         "exec": {"command": ["test", "-s", SSHD_PID_FILE]},
-        "periodSeconds": 2,
+        "periodSeconds": 1,
+        "failureThreshold": SSHD_START_S,
     }
     return template
 

@@ -141,8 +141,9 @@ def _template(spec: TrainSpec, container: str, *, node: bool) -> dict[str, Any]:
     labels[JOB_LABEL] = spec.name
     # KubeRay adds wget probes to a Ray container that has none; the kubelet makes ours.
     ready = (AGENT_PORT, NODE_HEALTH) if node else (DASHBOARD_PORT, GCS_HEALTH)
+    # unready after 50 s of failed checks, as with KubeRay's (10 checks 5 s apart)
     ray["readinessProbe"] = _probe(
-        *ready, initial_s=READY_AFTER_S, every_s=READY_EVERY_S, failures=25
+        *ready, initial_s=READY_AFTER_S, every_s=READY_EVERY_S, failures=50 // READY_EVERY_S
     )
     ray["livenessProbe"] = _probe(AGENT_PORT, NODE_HEALTH, initial_s=30, every_s=5, failures=120)
     hook = stop_hook(spec) if node else None  # the head trains nothing

@@ -64,7 +64,9 @@ def test_our_trainer_as_an_mpijob_is_valid_and_says_everything_the_operator_need
     assert "initContainers" not in launcher["template"]["spec"]  # nor stages data
     (sshd,) = worker["template"]["spec"]["containers"]
     assert sshd["command"] == list(SSHD) and "args" not in sshd
-    assert sshd["readinessProbe"]["exec"]["command"] == ["test", "-s", "/tmp/sshd.pid"]
+    # ready once sshd wrote its pid file, asked until then only (no process in the pod after)
+    assert sshd["startupProbe"]["exec"]["command"] == ["test", "-s", "/tmp/sshd.pid"]
+    assert "readinessProbe" not in sshd and "livenessProbe" not in sshd
     assert sshd["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert sshd["resources"]["requests"]["cpu"] == "8"
     assert worker["template"]["spec"]["initContainers"][0]["name"] == "stage-data"
@@ -145,7 +147,7 @@ def test_an_image_whose_sshd_is_set_up_otherwise_says_how():
     _, worker = _replicas(manifest)
     (container,) = worker["template"]["spec"]["containers"]
     assert container["command"] == sshd
-    assert "readinessProbe" not in container  # our pid file is not there: ready once it runs
+    assert "startupProbe" not in container  # our pid file is not there: ready once it runs
 
 
 @pytest.mark.parametrize(
