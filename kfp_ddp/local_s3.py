@@ -327,8 +327,8 @@ class LocalS3Server:
         """Wait until an authenticated request round-trips (gateway, filer and volume all up)."""
         deadline = time.monotonic() + self.startup_timeout
         # A probe that gets no answer is given up and asked again: with botocore's defaults (a
-        # 60 s read timeout, retried) one request to a server still starting held a start for
-        # a minute (seen once in a full run of the tests).
+        # 60 s read timeout, retried) one request to a server still starting can hold a start
+        # for a minute.
         client = self._new_client(**PROBE_TIMEOUTS)
         probe_bucket = "kfp-ddp-ready-probe"
         last = "no answer yet"
