@@ -3,10 +3,11 @@
 The recipe is ``../shared/envtest/node/`` (what each setting is for is written there); here it is
 started on ports and folders of the test session's own:
 
-* a bridge ``kfpnode0`` with the node's address (``10.85.0.1/16``): pods get addresses on it
-  from CNI's bridge + host-local plugins, without masquerading or firewall rules (the host's
-  iptables stay as they are, and pods reach nothing outside this machine); servers the pods need
-  (the test S3 server, CoreDNS) listen on the node's address;
+* a bridge ``kfpnode0`` with the node's address (``10.85.0.1/16``) and a MAC address of its own
+  (:data:`BRIDGE_MAC`): pods get addresses on it from CNI's bridge + host-local plugins, without
+  masquerading or firewall rules (the host's iptables stay as they are, and pods reach nothing
+  outside this machine); servers the pods need (the test S3 server, CoreDNS) listen on the
+  node's address;
 * containerd (state, runc state, CNI configuration under the session's folder; its image store
   kept between sessions, :mod:`tests.cluster.image_store`) pulling from the tests' loopback
   registry over http, the pause image included;
@@ -46,6 +47,12 @@ BRIDGE = "kfpnode0"
 GATEWAY = "10.85.0.1"
 """The node's address, on its bridge (podman's 10.88/16 and the image tests' 10.86/16 differ)."""
 SUBNET = "10.85.0.0/16"
+BRIDGE_MAC = "02:6b:66:70:00:01"
+"""The bridge's own address, set when it is made (a locally administered one). A bridge whose
+address the kernel picks takes its lowest port's, so it changed whenever a pod's veth came or
+went; the pods kept the old one for their gateway (the kernel announces no change), and their
+packets to the node's address (CoreDNS, the S3 server) went nowhere until their ARP entry
+expired: 20-50 s of failed lookups after a pod was replaced (the deleted-pod test took 38-84 s)."""
 NODE_BINARIES = ("kubelet", "kube-scheduler", "coredns")
 PROGRAMS = {
     "containerd": "containerd",
@@ -158,7 +165,7 @@ class RealNode:
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, timeout=30)
         kill_orphaned_shims()
         for command in (
-            ["ip", "link", "add", BRIDGE, "type", "bridge"],
+            ["ip", "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge"],
             ["ip", "addr", "add", f"{GATEWAY}/16", "dev", BRIDGE],
             ["ip", "link", "set", BRIDGE, "up"],
         ):
