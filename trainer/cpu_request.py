@@ -5,7 +5,12 @@ its share. The launcher sets ``KFP_DDP_CPU_REQUEST`` from the Downward API (``re
 requests.cpu``, divisor 1: whole CPUs, rounded up) in the training container of every API, and
 :func:`trainer.distributed.configure_cpu_threads` keeps the compute threads within it.
 
-No torch here: the launcher (which never trains) names the variable from this module.
+Ranks that ``mpirun`` starts over SSH do not see their pod's environment (sshd gives them a
+clean one), and the launcher pod's own request is not theirs: the launcher renders the node
+pods' request as ``KFP_DDP_NODE_CPU_REQUEST`` in the MPI launcher's container, and
+``trainer.mpirun`` hands it to every rank as ``KFP_DDP_CPU_REQUEST``.
+
+No torch here: the launcher (which never trains) names the variables from this module.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from collections.abc import Mapping
 
 CPU_REQUEST_ENV = "KFP_DDP_CPU_REQUEST"
 """The training container's CPU request in whole CPUs, rounded up (set by the launcher's pods)."""
+NODE_CPU_REQUEST_ENV = "KFP_DDP_NODE_CPU_REQUEST"
+"""The node pods' CPU request in whole CPUs, rounded up, in an MPI launcher's container (the
+ranks' ``CPU_REQUEST_ENV``, which ``trainer.mpirun`` sets for them)."""
 
 
 def requested_cpus(environ: Mapping[str, str] = os.environ) -> int | None:

@@ -28,13 +28,16 @@ import sys
 from collections.abc import Mapping
 
 from kfp_ddp.console import whole_lines
-from trainer.cpu_request import CPU_REQUEST_ENV
+from trainer.cpu_request import CPU_REQUEST_ENV, NODE_CPU_REQUEST_ENV
 from trainer.distributed import HOSTFILE_ENV, MPI_PORT, read_hostfile
 from trainer.errors import EXIT_CONFIG, ConfigError
 
-NOT_FORWARDED = ("HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", "TERM", CPU_REQUEST_ENV)
-"""Variables of this machine alone, never passed to the ranks elsewhere (the CPU request is the
-launcher pod's own, not the workers')."""
+NOT_FORWARDED = (
+    *("HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", "TERM"),
+    *(CPU_REQUEST_ENV, NODE_CPU_REQUEST_ENV),
+)
+"""Variables of this machine alone, never passed to the ranks elsewhere as they are (the CPU
+request is the launcher pod's own: the ranks get the node pods', ``NODE_CPU_REQUEST_ENV``)."""
 NOT_FORWARDED_PREFIXES = ("OMPI_", "PMIX_", "PRTE_", "KUBERNETES_")
 """OpenMPI's own (it sets them per rank) and the Service variables of this pod."""
 
@@ -89,6 +92,10 @@ def mpirun_command(
         "MASTER_PORT": environ.get("MASTER_PORT") or str(MPI_PORT),
         "PYTHONUNBUFFERED": "1",
     }
+    # A rank started over SSH sees none of its pod's environment, so not its CPU request either:
+    # without it, it would take every core of its node for its threads.
+    if environ.get(NODE_CPU_REQUEST_ENV):
+        meet[CPU_REQUEST_ENV] = environ[NODE_CPU_REQUEST_ENV]
     for name, value in meet.items():
         command += ["-x", f"{name}={value}"]
     for name in sorted(environ):

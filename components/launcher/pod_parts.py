@@ -8,6 +8,7 @@ template, the TrainJob builder into ``resourcesPerNode`` and its runtime patch.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kubernetes import client as k8s
@@ -22,7 +23,7 @@ from components.launcher.spec import (
     TrainSpec,
 )
 from components.s3_sync.hash_cache import CACHE_ENV
-from trainer.cpu_request import CPU_REQUEST_ENV
+from trainer.cpu_request import CPU_REQUEST_ENV, NODE_CPU_REQUEST_ENV
 
 SHM_VOLUME = "dshm"
 STAGE_VOLUME = "staged-data"
@@ -182,12 +183,29 @@ def cpu_request_env(given: dict[str, str]) -> list[k8s.V1EnvVar]:
     ]
 
 
+def node_cpu_request_env(spec: TrainSpec, given: dict[str, str]) -> list[k8s.V1EnvVar]:
+    """``NODE_CPU_REQUEST_ENV`` for our trainer under mpirun: the node pods' CPU request in whole
+    CPUs, rounded up as the Downward API rounds it (a request defaults to the limit), which
+    ``trainer.mpirun`` hands to the ranks it starts over SSH; they see nothing of their pod's
+    environment, and would take every core of their node. Not when ``given`` sets it, nor
+    without a CPU request or limit."""
+    cpu = spec.cpu_request or spec.cpu_limit
+    if not spec.mpi_trainer or NODE_CPU_REQUEST_ENV in given or not cpu:
+        return []
+    from kubernetes.utils import parse_quantity
+
+    whole = max(1, math.ceil(parse_quantity(cpu)))
+    return [k8s.V1EnvVar(name=NODE_CPU_REQUEST_ENV, value=str(whole))]
+
+
 def env_vars(spec: TrainSpec) -> list[k8s.V1EnvVar]:
     """The training container's: ``container_env``, the plain values (which win), the CPU
-    request, the S3 settings, then ``pod_extras``' references (Kubernetes JSON)."""
+    request (and the nodes', under mpirun), the S3 settings, then ``pod_extras``' references
+    (Kubernetes JSON)."""
     plain = spec.merged_env()
     plain_env = [k8s.V1EnvVar(name=k, value=v) for k, v in plain.items()]
     own = container_env(spec, given=plain) + plain_env + cpu_request_env(plain)
+    own += node_cpu_request_env(spec, plain)
     return own + s3_env(spec) + spec.extras.env
 
 

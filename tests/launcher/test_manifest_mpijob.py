@@ -78,6 +78,25 @@ def test_our_trainer_as_an_mpijob_is_valid_and_says_everything_the_operator_need
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
+@pytest.mark.parametrize(
+    ("resources", "node_cpus"),
+    [({"cpu_request": "1500m"}, "2"), ({"cpu_request": "250m"}, "1"), ({"cpu_limit": "3"}, "3")],
+)
+def test_the_launcher_tells_mpirun_the_workers_cpu_request(resources, node_cpus):
+    """The ranks run on the workers, started over SSH without their pod's environment: the
+    launcher's container says the workers' CPU request (whole CPUs, rounded up like the
+    Downward API's, a limit standing in for a missing request), which ``trainer.mpirun`` hands
+    to every rank (its own request, 500m, is not theirs)."""
+    manifest = build_mpijob(mpi_spec(**resources))
+    launcher, _ = _replicas(manifest)
+    (mpirun,) = launcher["template"]["spec"]["containers"]
+    assert {"name": "KFP_DDP_NODE_CPU_REQUEST", "value": node_cpus} in mpirun["env"]
+    assert mpirun["resources"]["requests"]["cpu"] == "500m"
+    own = build_mpijob(mpi_spec(command=["mpirun", "/app/hvd"], **resources))
+    launcher, _ = _replicas(own)
+    assert "KFP_DDP_NODE_CPU_REQUEST" not in str(launcher)  # the user's program: not ours to say
+
+
 def test_the_users_mpi_program_runs_on_the_launcher():
     spec = mpi_spec(
         image="registry.example.com/horovod:1",

@@ -388,3 +388,20 @@ def test_an_mpi_runtime_gets_its_launcher_pod_patched_like_the_nodes():
     torch = build_trainjob(TrainSpec(name="j", api="trainjob"))
     jobs = torch["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
     assert [job["name"] for job in jobs["replicatedJobs"]] == ["node"]
+
+
+def test_our_trainer_on_an_mpi_runtime_hands_the_nodes_cpu_request_to_mpirun():
+    """The ranks mpirun starts over SSH see nothing of their pod's environment: the trainer's
+    env says the nodes' CPU request in whole CPUs (rounded up), which ``trainer.mpirun`` hands
+    to every rank; not on a torch runtime, where each node's own Downward API value is there."""
+    spec = TrainSpec.flat(
+        name="j",
+        api="trainjob",
+        runtime_name="kfp-ddp-mpi",
+        image=f"{DEFAULT_IMAGE}-mpi",
+        cpu_request="2500m",
+    )
+    env = build_trainjob(spec)["spec"]["trainer"]["env"]
+    assert {"name": "KFP_DDP_NODE_CPU_REQUEST", "value": "3"} in env
+    torch = build_trainjob(TrainSpec.flat(name="j", api="trainjob", cpu_request="2500m"))
+    assert "KFP_DDP_NODE_CPU_REQUEST" not in str(torch["spec"]["trainer"]["env"])

@@ -47,7 +47,8 @@ def test_our_trainer_trains_as_mpi_ranks_across_two_pods(
     assert result.phase == "Succeeded", f"{result.reason}\n{log[-6000:]}"
     # The data set was staged on both pods (mpirun, one process per host), then 2 ranks trained.
     assert log.count("stage: transferred 36 of 36 files") == 2, log[-6000:]
-    assert "x 2 (mpirun)" in log, log[-6000:]
+    # Each rank keeps its threads within its pod's CPU request (500m: 1), passed on by mpirun.
+    assert "(1 thread) x 2 (mpirun)" in log, log[-6000:]
     summary = _summary(node_cluster, dataset)
     assert summary["world_size"] == 2 and summary["steps"] > 0
     assert summary["replicas_in_sync"] is True
@@ -67,7 +68,8 @@ def test_our_trainer_trains_as_an_mpijob_of_the_real_mpi_operator(
     result = run_job(job, backend="kubernetes", options=options(node_k8s, lines, timeout_s=600))
     log = "\n".join(lines)
     assert result.phase == "Succeeded", f"{result.reason}\n{log[-6000:]}"
-    assert "x 2 (mpirun)" in log, log[-6000:]
+    # Each rank keeps its threads within its pod's CPU request (500m: 1), passed on by mpirun.
+    assert "(1 thread) x 2 (mpirun)" in log, log[-6000:]
     summary = _summary(node_cluster, dataset)
     assert summary["world_size"] == 2 and summary["steps"] > 0
     assert summary["replicas_in_sync"] is True

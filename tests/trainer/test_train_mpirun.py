@@ -147,6 +147,21 @@ def test_once_per_host_places_one_process_on_every_host_of_the_hostfile(tmp_path
     assert ranks[:3] == ["mpirun", "-np", "8"]
 
 
+def test_every_rank_gets_the_node_pods_cpu_request(tmp_path):
+    """Ranks started over SSH see nothing of their pod's environment: the node pods' CPU
+    request, which the launcher renders, goes to each of them as their own (the launcher pod's
+    own request is not forwarded); without it the ranks get none and size by the cores."""
+    from trainer.mpirun import mpirun_command
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("job-worker-0.job slots=1\njob-worker-1.job slots=1\n")
+    environ = {"OMPI_MCA_orte_default_hostfile": str(hostfile), "KFP_DDP_CPU_REQUEST": "1"}
+    command = mpirun_command(["-m", "trainer.train"], environ | {"KFP_DDP_NODE_CPU_REQUEST": "4"})
+    assert command[command.index("KFP_DDP_CPU_REQUEST=4") - 1] == "-x"
+    assert not [x for x in command if x.startswith(("KFP_DDP_CPU_REQUEST=1", "KFP_DDP_NODE"))]
+    assert not [x for x in mpirun_command(["-m", "x"], environ) if "CPU_REQUEST" in x]
+
+
 def test_rank_0_is_on_mpiruns_own_machine_when_the_hostfile_lists_it(tmp_path):
     """mpirun fills its own machine's slots first when it is in the hostfile (a launcher that
     is a node too): that is where rank 0 listens, whatever the hostfile's order."""
