@@ -132,6 +132,8 @@ class RealNode:
     components: list[Component] = field(default_factory=list)
     namespace_process: subprocess.Popen | None = None
     ports: dict[str, int] = field(default_factory=dict)
+    host_sysctls: dict[str, str] = field(default_factory=lambda: host_sysctls())
+    """The host's values of ``SYSCTLS`` before the node started (:meth:`traces` compares)."""
 
     @property
     def name(self) -> str:
@@ -396,6 +398,12 @@ class RealNode:
     # -- stop -------------------------------------------------------------------------------
     def stop(self) -> None:
         """Everything this node started, and every trace of it on the host, gone."""
+        self.stop_processes()
+        self.remove_traces()
+
+    def stop_processes(self) -> None:
+        """Its pods' containers, the kubelet, containerd, the scheduler and CoreDNS stopped; the
+        bridge stays (a server on the node's address stops before :meth:`remove_traces`)."""
         self._kill_containers()
         self._stop_pid(self.folder / "kubelet.pid")
         self._forget_containers()
@@ -411,6 +419,9 @@ class RealNode:
         for component in reversed(self.components):
             component.stop()
         self.components.clear()
+
+    def remove_traces(self) -> None:
+        """The bridge, the ``kubepods`` cgroups and containerd's empty run folders removed."""
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, timeout=30)
         remove_kubepods_cgroups()
         for leftover in (Path("/run/containerd/s"), Path("/run/containerd")):
@@ -418,6 +429,27 @@ class RealNode:
                 leftover.rmdir()  # only when empty: another containerd's are left alone
         with _suppress_oserror():
             CONTAINER_LOGS.rmdir()
+
+    def traces(self) -> list[str]:
+        """What this node left on the host after :meth:`stop` (nothing, if it stopped well): its
+        processes (containerd, the kubelet, shims: their command lines name its folder), mounts
+        of its folder, the bridge, the ``kubepods`` cgroups, a changed sysctl."""
+        folder = str(self.folder)
+        found = [
+            f"process {pid}: {command[:160]}" for pid, command in _processes() if folder in command
+        ]
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+        found += [f"mount: {line.split()[4]}" for line in mounts if folder in line]
+        if bridge_exists():
+            found.append(f"the bridge {BRIDGE}")
+        found += [f"the cgroup {path}" for path in kubepods_cgroups()]
+        now = host_sysctls()
+        found += [
+            f"sysctl {name}: {was} before the node, {now[name]} now"
+            for name, was in self.host_sysctls.items()
+            if now[name] != was
+        ]
+        return found
 
     @property
     def _ctr(self) -> list[str]:
@@ -525,6 +557,22 @@ def remove_kubepods_cgroups() -> None:
                 folder.rmdir()
         with _suppress_oserror():
             top.rmdir()
+
+
+def host_sysctls() -> dict[str, str]:
+    """The host's values of the sysctls the kubelet would set (``SYSCTLS``)."""
+    return {name: (Path("/proc/sys") / name).read_text().strip() for name in SYSCTLS}
+
+
+def _processes() -> list[tuple[int, str]]:
+    """Every process's id and command line (those that end meanwhile left out)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with _suppress_oserror():
+                raw = (entry / "cmdline").read_bytes()
+                found.append((int(entry.name), raw.replace(b"\0", b" ").decode(errors="replace")))
+    return found
 
 
 def kubepods_cgroups() -> list[Path]:
