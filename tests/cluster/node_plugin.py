@@ -27,7 +27,7 @@ import os
 import tarfile
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +37,9 @@ import pytest
 from tests.cluster.assets import CONTROLLERS, CORE, HOW_TO_GET, find_binaries
 from tests.cluster.control_plane import PARTS, ControlPlane, reference_missing
 from tests.cluster.node import GATEWAY, NODE_BINARIES, RealNode, build_pause, missing
+from tests.cluster.node_images import NodeImages, marked_images
 from tests.cluster.plugin import Cluster, Namespace, namespace_on
 from tests.cluster.processes import StartupError
-from tests.containers.layouts import oci_layout
 
 NODE_PARTS = (*PARTS, "mpi-operator")
 """The node's plane runs the MPI Operator too: its host-wide lock makes it the only plane here
@@ -63,6 +63,8 @@ class NodeCluster:
     s3: object
     root_image: str
     """An image whose user is root (the pause image): refused under runAsNonRoot."""
+    images: NodeImages
+    """The other images the node's tests run (``pushed(NAME)``; tests/cluster/node_images.py)."""
 
     @property
     def plane(self) -> ControlPlane:
@@ -155,15 +157,18 @@ class RunningNode:
         self.failure: str | None = None
         self._stack = ExitStack()
 
-    def get(self, tmp_path_factory, podman, cpu_image, oci_registry) -> NodeCluster:
+    def get(self, request, tmp_path_factory, podman, cpu_image, oci_registry) -> NodeCluster:
         if self.failure is not None:
             pytest.fail(f"the real node did not start (see the first node test): {self.failure}")
         if self.cluster is None:
             binaries = _binaries_or_skip()
             try:
                 self._stack.enter_context(host_lock())
+                images = marked_images(request.session.items)
                 self.cluster = self._stack.enter_context(
-                    started_node(tmp_path_factory, podman, cpu_image, oci_registry, binaries)
+                    started_node(
+                        tmp_path_factory, podman, cpu_image, oci_registry, binaries, images
+                    )
                 )
             except BaseException as exc:
                 self.failure = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -180,16 +185,18 @@ RUNNING = RunningNode()
 
 
 @pytest.fixture
-def node_cluster(tmp_path_factory, podman, cpu_image, oci_registry) -> NodeCluster:
+def node_cluster(request, tmp_path_factory, podman, cpu_image, oci_registry) -> NodeCluster:
     """The real node's cluster (one per process at a time, reused by consecutive tests)."""
-    return RUNNING.get(tmp_path_factory, podman, cpu_image, oci_registry)
+    return RUNNING.get(request, tmp_path_factory, podman, cpu_image, oci_registry)
 
 
 @pytest.fixture(scope="module")
-def node_cluster_for_module(tmp_path_factory, podman, cpu_image, oci_registry) -> NodeCluster:
+def node_cluster_for_module(
+    request, tmp_path_factory, podman, cpu_image, oci_registry
+) -> NodeCluster:
     """The same node, for a module's own fixtures (e.g. jobs started together, judged by
     separate tests, which still ask for ``node_cluster``)."""
-    return RUNNING.get(tmp_path_factory, podman, cpu_image, oci_registry)
+    return RUNNING.get(request, tmp_path_factory, podman, cpu_image, oci_registry)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -223,20 +230,16 @@ def _binaries_or_skip():
 
 
 @contextmanager
-def started_node(tmp_path_factory, podman, cpu_image, oci_registry, binaries):
+def started_node(tmp_path_factory, podman, cpu_image, oci_registry, binaries, image_names):
     """A control plane with the real node, the images pushed, the S3 server; stopped on exit."""
     folder = tmp_path_factory.mktemp("real-node")
     pause = oci_registry.push_oci_archive(
         pause_archive(build_pause(folder), folder / "pause.tar"), PAUSE_TAG
     )
-    # Our image goes to the registry while the control plane starts (the node pulls it later).
-    pushing = ThreadPoolExecutor(1)
-    image_pushed = pushing.submit(
-        lambda: oci_registry.push_oci_layout(
-            oci_layout(podman, cpu_image), cpu_image.rsplit("/", 1)[1]
-        )
-    )
-    pushing.shutdown(wait=False)
+    # Our image, then those of the session's node tests, go to the registry while the control
+    # plane starts and the first tests run (the node pulls them later).
+    images = NodeImages(podman, cpu_image, oci_registry, folder / "images")
+    images.start(["cpu", *image_names])
     plane = node = s3 = None
     try:
         for attempt in range(1, 4):
@@ -257,9 +260,9 @@ def started_node(tmp_path_factory, podman, cpu_image, oci_registry, binaries):
 
         s3 = LocalS3Server(host=GATEWAY).start()
         cluster = Cluster(plane, None)  # type: ignore[arg-type] - no played kubelet here
-        yield NodeCluster(cluster, node, image_pushed.result(timeout=600), s3, root_image=pause)
+        yield NodeCluster(cluster, node, images.pushed("cpu"), s3, root_image=pause, images=images)
     finally:
-        wait([image_pushed], timeout=600)  # no push left running
+        images.close()  # no push left running
         # Two by two (5 s one after another): the S3 server and the node's processes (~1.5
         # and 0.4-2.2 s), then the plane and the node's bridge. A weed whose address went away
         # takes 10 s to stop, an API server whose kubelet still watches 5 s instead of 1.2.

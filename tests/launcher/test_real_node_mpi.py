@@ -12,20 +12,17 @@ import pytest
 from components.launcher import run_job
 from components.launcher.backends.kubernetes import granted_permissions
 from tests.cluster.test_mpi_runtime import our_mpi_runtime
-from tests.containers.example_images import mpi_image
-from tests.containers.layouts import oci_layout
 from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, options, refused
 from tests.launcher.test_real_node_jobs import _summary, dataset, s3_secret, trainer_spec
 
-pytestmark = [pytest.mark.node, pytest.mark.slow]
+pytestmark = [pytest.mark.node, pytest.mark.slow, pytest.mark.node_image("mpi")]
 
 __all__ = ["dataset"]  # the fixture, shared with the other real-node jobs
 
 
 @pytest.fixture(scope="module")
-def mpi_image_pushed(podman, cpu_image, oci_registry) -> str:
-    built = mpi_image(podman, cpu_image)
-    return oci_registry.push_oci_layout(oci_layout(podman, built), built.rsplit("/", 1)[1])
+def mpi_image_pushed(node_cluster_for_module) -> str:
+    return node_cluster_for_module.images.pushed("mpi")
 
 
 def test_our_trainer_trains_as_mpi_ranks_across_two_pods(

@@ -13,8 +13,6 @@ from kubernetes import client
 from components.launcher import JobFailed, job_api, run_job
 from components.launcher.backends.kubernetes import granted_permissions
 from components.launcher.rayjob import JOB_LABEL
-from tests.containers.example_images import ray_image
-from tests.containers.layouts import oci_layout
 from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, jobs, options, refused
 from tests.launcher.node_runs import in_background
 from tests.launcher.test_real_node_jobs import (
@@ -26,14 +24,13 @@ from tests.launcher.test_real_node_jobs import (
     trainer_spec,
 )
 
-pytestmark = [pytest.mark.node, pytest.mark.slow]
+pytestmark = [pytest.mark.node, pytest.mark.slow, pytest.mark.node_image("ray")]
 __all__ = ["dataset"]  # the fixture, shared with the other real-node jobs
 
 
 @pytest.fixture(scope="module")
-def ray_image_pushed(podman, cpu_image, oci_registry, tmp_path_factory) -> str:
-    built = ray_image(podman, cpu_image, tmp_path_factory.mktemp("ray-image"))
-    return oci_registry.push_oci_layout(oci_layout(podman, built), "kfp-ddp-ray:test")
+def ray_image_pushed(node_cluster_for_module) -> str:
+    return node_cluster_for_module.images.pushed("ray")
 
 
 def _ray_job(node_cluster, node_k8s, image: str, dataset: str, **kw):

@@ -15,13 +15,11 @@ import pytest
 from components.launcher.backends.kubernetes import granted_permissions
 from tests.cluster.control_plane import TRAINER, load_documents
 from tests.cluster.plugin import Namespace
-from tests.containers.example_images import xgboost_example_image
-from tests.containers.layouts import oci_layout
 from tests.launcher.k8s_helpers import OPTIONAL_READS, calls, refused, spec
 from tests.launcher.node_runs import SHARED_CPU, NodeRun, Planned, started_together
 
 # One real node serves them all: files named test_real_node* run on one xdist worker.
-pytestmark = [pytest.mark.node, pytest.mark.slow]
+pytestmark = [pytest.mark.node, pytest.mark.slow, pytest.mark.node_image("xgboost")]
 
 APIS = {
     "xgboostjob": ({}, ["master-0", "worker-0"]),
@@ -30,10 +28,9 @@ APIS = {
 
 
 @pytest.fixture(scope="module")
-def xgb_image(podman, cpu_image, oci_registry, tmp_path_factory) -> str:
+def xgb_image(node_cluster_for_module) -> str:
     """The example's image, pushed where the node pulls from."""
-    built = xgboost_example_image(podman, cpu_image, tmp_path_factory.mktemp("xgb-image"))
-    return oci_registry.push_oci_layout(oci_layout(podman, built), "kfp-ddp-xgb-example:test")
+    return node_cluster_for_module.images.pushed("xgboost")
 
 
 def _plan(api: str, image: str) -> Callable[[Namespace], Planned]:
