@@ -1,18 +1,16 @@
 """Fixtures of the real node (registered in tests/conftest.py); tests on it are marked ``node``.
 
 * ``node_cluster`` (one per process at a time, reused by consecutive tests, stopped after the
-  last): a whole control plane (the same parts as ``cluster``) with one real node
-  (:class:`~tests.cluster.node.RealNode`), our CPU image and the pause image pushed to the
-  tests' loopback registry (the node pulls them, as from any registry; the images the session's
-  node tests name are pushed in the background, tests/cluster/node_images.py), and the test S3
-  server on the node's address (pods reach it; nothing outside does); stopped two by two, then
-  checked to have left nothing on the host (:meth:`~tests.cluster.node.RealNode.traces`: the
-  last node test's teardown fails otherwise). The node's tests all run on one xdist worker
-  (tests/node_scheduling.py), so one node serves them all; a host-wide lock makes any other
-  session (a second worker, a second checkout's run) wait for that node to be gone, since two
-  nodes would share the bridge, the ports and containerd's state. That worker runs the played
-  planes' tests next: once the node is up, the planes they take start in the background
-  (``Clusters.prestart``);
+  last): a whole control plane (the same parts as
+  ``cluster``) with one real node (:class:`~tests.cluster.node.RealNode`), our CPU image and the
+  pause image pushed to the tests' loopback registry (the node pulls them, as from any
+  registry; the images the session's node tests name are pushed in the background,
+  tests/cluster/node_images.py), and the test S3 server on the node's address (pods reach it;
+  nothing outside does); stopped two by two, then checked to have left nothing on the host
+  (:meth:`~tests.cluster.node.RealNode.traces`: the last node test's teardown fails otherwise). The node's tests all run on one xdist worker (tests/node_scheduling.py), so one node
+  serves them all; a host-wide lock makes any other session (a second worker, a second
+  checkout's run) wait for that node to be gone, since two nodes would share the bridge, the
+  ports and containerd's state;
 * ``node_k8s``: a fresh namespace enforcing ``restricted`` on it, the launcher's ServiceAccount
   bound to the rendered Role there.
 
@@ -42,7 +40,7 @@ from tests.cluster.assets import CONTROLLERS, CORE, HOW_TO_GET, find_binaries
 from tests.cluster.control_plane import PARTS, ControlPlane, reference_missing
 from tests.cluster.node import GATEWAY, NODE_BINARIES, RealNode, build_pause, missing
 from tests.cluster.node_images import NodeImages, marked_images
-from tests.cluster.plugin import Cluster, Namespace, namespace_on, planes_wanted
+from tests.cluster.plugin import Cluster, Namespace, namespace_on
 from tests.cluster.processes import StartupError
 
 NODE_PARTS = (*PARTS, "mpi-operator")
@@ -174,10 +172,6 @@ class RunningNode:
                         tmp_path_factory, podman, cpu_image, oci_registry, binaries, images
                     )
                 )
-                # This process runs the planes' tests after the node's (node_scheduling.py).
-                planes = planes_wanted(request.session.items)
-                if planes:
-                    request.getfixturevalue("clusters").prestart(planes)
             except BaseException as exc:
                 self.failure = f"{type(exc).__name__}: {str(exc)[:300]}"
                 self.stop()

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,47 +123,16 @@ class Cluster:
         self.plane.stop()
 
 
-PLANE_OF_FIXTURE = {"cluster": PARTS, "k8s": PARTS, "operator_k8s": OPERATOR_ONLY, "bare_k8s": BARE}
-"""The plane each fixture of this file starts (``clusters`` itself: whichever its test asks for)."""
-
-
-def planes_wanted(items: Iterable[pytest.Item]) -> list[tuple[str, ...]]:
-    """The planes ``items`` take through :data:`PLANE_OF_FIXTURE`, in the order they run."""
-    wanted: list[tuple[str, ...]] = []
-    for item in items:
-        for name in getattr(item, "fixturenames", ()):
-            parts = PLANE_OF_FIXTURE.get(name)
-            if parts is not None and parts not in wanted:
-                wanted.append(parts)
-    return wanted
-
-
 @dataclass
 class Clusters:
-    """Planes by their parts, started on first use (or before, :meth:`prestart`), stopped at the
-    end of the session."""
+    """Planes by their parts, started on first use, stopped at the end of the session."""
 
     folder: Path
     started: dict[tuple[str, ...], Cluster | BaseException] = field(default_factory=dict)
-    starting: dict[tuple[str, ...], Future] = field(default_factory=dict)
-    _starter: ThreadPoolExecutor | None = None
-
-    def prestart(self, wanted: Iterable[tuple[str, ...]]) -> None:
-        """Start ``wanted``'s planes in a background thread, one after another, before a test
-        asks for them. The real node's tests run first on the planes' worker
-        (tests/node_scheduling.py) and mostly wait on its pods: the planes' ~12 s starts, one
-        after another on that worker's path, are done by the time its plane tests come."""
-        for parts in wanted:
-            if parts in self.started or parts in self.starting:
-                continue
-            if self._starter is None:
-                self._starter = ThreadPoolExecutor(1)
-            self.starting[parts] = self._starter.submit(self._start, parts)
 
     def get(self, parts: tuple[str, ...] = PARTS) -> Cluster:
         if parts not in self.started:
-            pending = self.starting.pop(parts, None)
-            self.started[parts] = self._start(parts) if pending is None else pending.result()
+            self.started[parts] = self._start(parts)
         found = self.started[parts]
         if isinstance(found, BaseException):
             raise found  # started once, failed: every test that needs it fails alike
@@ -201,12 +170,6 @@ class Clusters:
 
     def stop_all(self) -> None:
         """Stop every started plane, side by side (each API server takes seconds to shut down)."""
-        if self._starter is not None:  # a plane started before a test asked is stopped too
-            self._starter.shutdown(wait=True, cancel_futures=True)
-            for parts, pending in self.starting.items():
-                if not pending.cancelled() and pending.exception() is None:
-                    self.started.setdefault(parts, pending.result())
-            self.starting.clear()
         started = [found for found in self.started.values() if isinstance(found, Cluster)]
         if started:
             with ThreadPoolExecutor(len(started)) as pool:
