@@ -1,16 +1,16 @@
 """Fixtures of the real node (registered in tests/conftest.py); tests on it are marked ``node``.
 
 * ``node_cluster`` (one per process at a time, reused by consecutive tests, stopped after the
-  last): a whole control plane (the same parts as
-  ``cluster``) with one real node (:class:`~tests.cluster.node.RealNode`), our CPU image and the
-  pause image pushed to the tests' loopback registry (the node pulls them, as from any
-  registry; the images the session's node tests name are pushed in the background,
-  tests/cluster/node_images.py), and the test S3 server on the node's address (pods reach it;
-  nothing outside does); stopped two by two, then checked to have left nothing on the host
-  (:meth:`~tests.cluster.node.RealNode.traces`: the last node test's teardown fails otherwise). The node's tests all run on one xdist worker (tests/node_scheduling.py), so one node
-  serves them all; a host-wide lock makes any other session (a second worker, a second
-  checkout's run) wait for that node to be gone, since two nodes would share the bridge, the
-  ports and containerd's state;
+  last): a whole control plane (the same parts as ``cluster``) with one real node
+  (:class:`~tests.cluster.node.RealNode`), our CPU image and the pause image pushed to the
+  tests' loopback registry (the node pulls them, as from any registry; the images the session's
+  node tests name are pushed in the background, tests/cluster/node_images.py), and the test S3
+  server on the node's address (pods reach it; nothing outside does); stopped two by two, then
+  checked to have left nothing on the host (:meth:`~tests.cluster.node.RealNode.traces`: the
+  last node test's teardown fails otherwise). The node's tests all run on one xdist worker
+  (tests/node_scheduling.py), so one node serves them all; a host-wide lock makes any other
+  session (a second worker, a second checkout's run) wait for that node to be gone, since two
+  nodes would share the bridge, the ports and containerd's state;
 * ``node_k8s``: a fresh namespace enforcing ``restricted`` on it, the launcher's ServiceAccount
   bound to the rendered Role there.
 
