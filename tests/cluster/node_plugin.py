@@ -28,8 +28,7 @@ import json
 import os
 import tarfile
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,7 @@ from tests.cluster.control_plane import PARTS, ControlPlane, reference_missing
 from tests.cluster.node import GATEWAY, NODE_BINARIES, RealNode, build_pause, missing
 from tests.cluster.node_images import NodeImages, marked_images
 from tests.cluster.plugin import Cluster, Namespace, namespace_on
-from tests.cluster.processes import StartupError
+from tests.cluster.processes import StartupError, stop_side_by_side
 
 NODE_PARTS = (*PARTS, "mpi-operator")
 """The node's plane runs the MPI Operator too: its host-wide lock makes it the only plane here
@@ -277,16 +276,6 @@ def started_node(tmp_path_factory, podman, cpu_image, oci_registry, binaries, im
             stop_side_by_side(first)
         finally:
             stop_side_by_side(then)
-
-
-def stop_side_by_side(stops: list[Callable[[], None]]) -> None:
-    """Run each stop at once; the first error is raised once all have ended."""
-    if not stops:
-        return
-    with ThreadPoolExecutor(len(stops)) as pool:
-        done = [pool.submit(stop) for stop in stops]
-    for future in done:
-        future.result()
 
 
 @pytest.fixture

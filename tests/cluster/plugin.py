@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from tests.cluster.assets import HOW_TO_GET, find_binaries
 from tests.cluster.control_plane import PARTS, ControlPlane, reference_missing
 from tests.cluster.kubelet import FakeKubelet
 from tests.cluster.play import JobPods, Play
-from tests.cluster.processes import StartupError
+from tests.cluster.processes import StartupError, stop_side_by_side
 
 POD_SECURITY = "pod-security.kubernetes.io/enforce"
 OPERATOR_ONLY = ("controller-manager", "training-operator")
@@ -170,10 +169,9 @@ class Clusters:
 
     def stop_all(self) -> None:
         """Stop every started plane, side by side (each API server takes seconds to shut down)."""
-        started = [found for found in self.started.values() if isinstance(found, Cluster)]
-        if started:
-            with ThreadPoolExecutor(len(started)) as pool:
-                list(pool.map(Cluster.stop, started))
+        stop_side_by_side(
+            [found.stop for found in self.started.values() if isinstance(found, Cluster)]
+        )
 
 
 @pytest.fixture(scope="session")

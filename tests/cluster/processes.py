@@ -13,6 +13,8 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,3 +105,14 @@ class Component:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def stop_side_by_side(stops: list[Callable[[], None]]) -> None:
+    """Run each stop at once (an API server, a weed server take seconds to shut down); the first
+    error is raised once all have ended."""
+    if not stops:
+        return
+    with ThreadPoolExecutor(len(stops)) as pool:
+        done = [pool.submit(stop) for stop in stops]
+    for future in done:
+        future.result()
