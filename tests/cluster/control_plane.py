@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from kfp_ddp.free_ports import free_ports
 from tests.cluster import certs
 from tests.cluster.assets import CONTROLLERS, CORE, Binaries
 from tests.cluster.processes import Component, StartupError
@@ -148,15 +149,6 @@ AUDIT_POLICY = {
     ],
 }
 """Who called what (RBAC checks read it); the bodies of job and monitoring creates."""
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on 127.0.0.1."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
 
 
 def reference_missing() -> list[str]:

@@ -39,7 +39,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.cluster.control_plane import ENVTEST_CONFIG, ControlPlane, free_ports
+from kfp_ddp.free_ports import free_ports
+from tests.cluster.control_plane import ENVTEST_CONFIG, ControlPlane
 from tests.cluster.image_store import ImageStore
 from tests.cluster.processes import Component, StartupError, log_tail
 

@@ -37,7 +37,6 @@ import io
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tarfile
 import time
@@ -48,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from kfp_ddp.free_ports import free_port
 
 REGISTRY_BINARY = "/usr/bin/docker-registry"
 HOW_TO_GET = (
@@ -63,12 +64,6 @@ REGISTRY_HTPASSWD = (
 START_TIMEOUT_S = 30.0
 PORT_ATTEMPTS = 3
 PUSH_TIMEOUT_S = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -219,7 +214,7 @@ def running_registry(folder: Path, *, login: bool = False) -> Iterator[LocalRegi
         htpasswd = folder / "htpasswd"
         htpasswd.write_text(REGISTRY_HTPASSWD)
     for attempt in range(PORT_ATTEMPTS):
-        port = _free_port()
+        port = free_port()
         config = folder / "config.yml"
         config.write_text(_config(folder / "storage", port, htpasswd))
         registry = LocalRegistry(

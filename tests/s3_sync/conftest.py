@@ -6,10 +6,11 @@ other areas use them too.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
+
+from kfp_ddp.free_ports import free_port
 
 
 @pytest.fixture(scope="session")
@@ -17,9 +18,7 @@ def moto_server() -> Iterator[str]:
     """Endpoint URL of moto's S3 server on 127.0.0.1: it stores keys SeaweedFS refuses (``..``)."""
     from moto.server import ThreadedMotoServer
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from kfp_ddp.free_ports import free_port
 from tests.trainer.trainer_forkserver import ForkedTrainer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,12 +49,6 @@ RESUME_ARGS = [
     "--keep-checkpoints",
     "2",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def base_env() -> dict[str, str]:

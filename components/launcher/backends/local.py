@@ -34,7 +34,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -70,6 +69,7 @@ from components.launcher.spec import STAGE_CACHE, STAGE_ROOT, TrainSpec
 from components.launcher.torchrun_report import LINES_READ, failure_lines
 from components.launcher.training_operator import default_restart_policy
 from kfp_ddp.atomic_files import write_atomic
+from kfp_ddp.free_ports import free_port
 from kfp_ddp.parent_death import die_with_this_process
 
 TAIL_SHOWN = 20
@@ -109,13 +109,6 @@ def _kill_tagged(tag: str, sig: int) -> None:
     for pid in tagged_pids(tag):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PathMapper:
