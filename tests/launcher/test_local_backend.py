@@ -191,6 +191,7 @@ def test_auto_runs_locally_with_the_trainjob_contract(tmp_path: Path):
     assert local(spec, log=lambda line: None).api == "trainjob"
 
 
+@pytest.mark.slow
 def test_torchrun_in_each_node_joins_the_nodes_under_the_trainjob_contract(tmp_path: Path):
     (tmp_path / "ddp.py").write_text(DDP_SCRIPT)
     lines: list[str] = []
@@ -236,6 +237,7 @@ ENV_BY_PID = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_workers_only_pytorchjob_meets_by_c10d_rendezvous(tmp_path: Path):
     """The default PyTorchJob (no Master): the operator's PET_NNODES / PET_NPROC_PER_NODE and
     the manifest's c10d rendezvous, no ranks and no master address; torchrun in each node."""

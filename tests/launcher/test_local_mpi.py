@@ -41,6 +41,7 @@ def _spec(tmp_path: Path, **kw) -> TrainSpec:
     return TrainSpec.flat(**(base | kw))
 
 
+@pytest.mark.slow
 def test_the_launcher_replica_runs_our_trainer_on_every_slot(tmp_path: Path):
     lines: list[str] = []
     options = LocalOptions(log=lines.append, workdir=tmp_path, handle_sigterm=False)
@@ -76,6 +77,7 @@ def test_our_trainer_on_our_mpi_runtime_needs_no_command(tmp_path: Path):
     ]
 
 
+@pytest.mark.slow
 def test_an_mpijob_runs_here_as_its_launcher_does(tmp_path: Path):
     """``api=mpijob`` (the MPI Operator's): one launcher replica with OpenMPI's hostfile
     variable, our trainer under ``trainer.mpirun`` on every slot."""
@@ -95,6 +97,7 @@ def _trains_under_mpirun_with_no_command(spec: TrainSpec, tmp_path: Path) -> Non
     assert summary["world_size"] == 2
 
 
+@pytest.mark.slow
 def test_the_kfp_step_trains_on_our_mpi_runtime_and_outputs_the_model(
     tmp_path: Path, capfd, monkeypatch
 ):

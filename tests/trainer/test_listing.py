@@ -211,11 +211,12 @@ runpy.run_module("trainer.train", run_name="__main__", alter_sys=True)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "data_path",
     [
         (),
-        pytest.param(("--cache-images", "never", "--num-workers", "1"), marks=pytest.mark.slow),
+        ("--cache-images", "never", "--num-workers", "1"),
     ],
     ids=["cached-in-memory", "streamed-by-a-worker"],
 )

@@ -148,6 +148,7 @@ def _ray_train(
     return subprocess.run(**command, capture_output=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_a_stop_file_checkpoints_every_worker_and_a_rerun_resumes(ray_head, tmp_path):
     """A RayJob's worker pod being deleted runs its preStop hook (``trainer.stop_file``): it
     creates the stop file and returns once both workers have stopped at the same step with rank 0's
@@ -203,6 +204,7 @@ def _wait_until(predicate, run: subprocess.Popen, timeout: float = 90) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_workers_config_error_is_the_commands_exit_2(ray_head, tmp_path):
     """Too little data for ``--batch-size 64`` on 2 ranks: the trainer's ConfigError (exit 2)
     fails the Ray run, and the command exits 2 naming the flag (a permanent failure)."""

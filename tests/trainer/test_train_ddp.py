@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from tests.image_data import write_image_folder
@@ -17,6 +18,7 @@ from tests.trainer.trainer_launch import (
 from trainer.export import load_model
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes(tmp_path):
     data = write_image_folder(tmp_path / "data")
     out = tmp_path / "out"

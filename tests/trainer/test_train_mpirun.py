@@ -34,6 +34,7 @@ def _mpirun(np: int, args: list[str], **extra_env: str) -> subprocess.CompletedP
     )
 
 
+@pytest.mark.slow
 def test_a_rank_that_fails_fails_the_mpi_job(tmp_path):
     data = write_image_folder(tmp_path / "data", classes=("circle", "square"), per_class=8)
     args = ["--data-dir", str(data), "--output-dir", str(tmp_path / "out"), *TINY]
@@ -42,6 +43,7 @@ def test_a_rank_that_fails_fails_the_mpi_job(tmp_path):
     assert "--batch-size" in done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_the_mpi_launcher_runs_the_trainer_on_every_slot_of_the_hostfile(tmp_path):
     """``python -m trainer.mpirun``, as the launcher of a Trainer MPI runtime runs it: the slots
     of the hostfile (here this machine's, 2), rank 0's address handed to every rank; the two

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.image_data import write_image_folder
 from tests.trainer.trainer_launch import REPO, TINY, base_env
 
@@ -22,6 +24,7 @@ sys.exit(ForkedTrainer(args, env=rank_env, cwd=REPO, log_path=log).wait(timeout=
 """
 
 
+@pytest.mark.slow
 def test_a_forked_rank_computes_with_its_own_omp_num_threads(tmp_path):
     """The server imported torch under OMP_NUM_THREADS=3, the rank asks for 1: it gets 1.
 

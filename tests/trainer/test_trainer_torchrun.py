@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.image_data import write_image_folder
 from tests.trainer.trainer_launch import REPO, TINY, base_env
 from trainer import checkpoint as ckpt
@@ -43,6 +45,7 @@ def test_sigterm_to_torchrun_exits_143_after_a_checkpoint(tmp_path):
     assert output.count("SIGTERM received") == 2  # torchrun forwarded it to both workers
 
 
+@pytest.mark.slow
 def test_a_lost_rendezvous_store_is_retryable_not_permanent(tmp_path):
     """A node whose c10d store is gone (the host of a Workers-only PyTorchJob's rendezvous was
     killed): plain torchrun raises and exits 1, which the operator's ExitCode policy would treat
