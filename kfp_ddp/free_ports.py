@@ -18,8 +18,9 @@ from pathlib import Path
 
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 """The kernel's range for ports it picks by itself (Linux; 32768-60999 by default)."""
-LOWEST = 10_000
-"""Ports below are left alone: the well-known and registered ports other servers listen on."""
+LOWEST = 20_000
+"""Ports below are left alone: the well-known and registered ports other servers listen on, and
+Ray's worker ports (10002-19999 by default: ``ray start`` refuses a port of its own in them)."""
 TRIES_PER_PORT = 50
 """Random picks per port wanted before falling back to ``bind(0)``'s (all taken: unlikely)."""
 
