@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -51,15 +50,12 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the tests marked ``slow`` first (otherwise in collection order), one file's in turn
-    with the others': each file's first, then each file's second, and so on.
+    """Run the tests marked ``slow`` first (otherwise in collection order).
 
     With xdist a long test that starts last leaves the other workers idle until it ends; started
     first, the short tests fill in around it (``--maxschedchunk 1`` in pyproject.toml: a worker
-    takes the next test when it is free, not a fixed share). In turns, because the long tests of
-    one file often wait alike (for a Ray cluster to start, for a rendezvous to time out): two
-    workers on two of them at once left a core idle. The order is the same in every worker, as
-    xdist requires.
+    takes the next test when it is free, not a fixed share). The order is the same in every
+    worker, as xdist requires.
     """
     for item in items:  # xdist's scheduler knows them by file name only
         if (item.get_closest_marker("node") is not None) != is_node_test(item.nodeid):
@@ -74,18 +70,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 "fixture of another file: take the plane fixture in a function of the test's "
                 "own file, so that tests/node_scheduling.py sees it from the file"
             )
-    turns: dict[str, int] = {}
-    """A slow test → how many slow tests of its file come before it."""
-    taken: Counter[str] = Counter()
-    for item in items:
-        if item.get_closest_marker("slow") is not None and not is_node_test(item.nodeid):
-            turns[item.nodeid] = taken[file_of(item.nodeid)]
-            taken[file_of(item.nodeid)] += 1
     items.sort(
         key=lambda item: (
             item.get_closest_marker("slow") is None,
-            not is_node_test(item.nodeid),  # the real node's, together and in order (node_plugin)
-            turns.get(item.nodeid, 0),
+            not is_node_test(item.nodeid),  # the real node's, together (node_plugin)
         )
     )
 
