@@ -50,7 +50,12 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the tests marked ``slow`` first (otherwise in collection order).
+    """Run the real node's tests first, then those of the files that use a control plane, then
+    the tests marked ``slow`` (otherwise in collection order).
+
+    Without xdist, so that the node and the planes each start once and stop after their last
+    test (tests/cluster/node_plugin.py, tests/cluster/plugin.py); with xdist one worker takes
+    those in this order anyway (tests/node_scheduling.py).
 
     With xdist a long test that starts last leaves the other workers idle until it ends; started
     first, the short tests fill in around it (``--maxschedchunk 1`` in pyproject.toml: a worker
@@ -72,8 +77,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
     items.sort(
         key=lambda item: (
+            not is_node_test(item.nodeid),
+            not uses_a_plane(config.rootpath / file_of(item.nodeid)),
             item.get_closest_marker("slow") is None,
-            not is_node_test(item.nodeid),  # the real node's, together (node_plugin)
         )
     )
 
