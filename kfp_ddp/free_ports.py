@@ -30,22 +30,21 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     with contextlib.ExitStack() as held:  # held together: no port twice
         ports: list[int] = []
 
-        def hold(port: int) -> bool:
+        def hold(port: int) -> None:
             sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            try:
+            with contextlib.suppress(OSError):  # taken: another pick
                 sock.bind((host, port))
-            except OSError:
-                return False
-            ports.append(sock.getsockname()[1])
-            return True
+                ports.append(port)
 
         candidates = _below_the_ephemeral_range()
         for _ in range(count * TRIES_PER_PORT if candidates else 0):
             if len(ports) == count:
                 break
             hold(random.choice(candidates))
-        while len(ports) < count:
-            hold(0)
+        while len(ports) < count:  # the kernel's pick; an address not of this machine raises
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(sock.getsockname()[1])
         return ports
 
 

@@ -55,3 +55,8 @@ def test_where_the_range_is_unknown_the_kernel_picks(monkeypatch, tmp_path):
     ports = free_ports(3)
     assert len(set(ports)) == 3 and all(low <= port <= high for port in ports), ports
     assert all(_bindable(port) for port in ports)
+
+
+def test_an_address_that_is_not_this_machines_is_an_error_not_a_wait():
+    with pytest.raises(OSError):
+        free_ports(1, host="203.0.113.7")  # TEST-NET-3: on no interface here
