@@ -8,7 +8,6 @@ import base64
 import functools
 import json
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from components import DEFAULT_IMAGE
+from kfp_ddp.free_ports import free_port
 from pipelines.cli import main
 from pipelines.package import compile_pipeline
 from tests.containers.registry import LocalRegistry, write_oci_archive
@@ -42,12 +42,6 @@ def submit(command: str, server: FakeKfpServer, package: str, *extra: str):
 
 def created(server: FakeKfpServer) -> int:
     return len(server.pipelines) + len(server.runs) + len(server.recurring_runs)
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(autouse=True)
@@ -103,7 +97,7 @@ def test_an_existing_image_goes_through(
 def test_an_unreachable_registry_is_refused_unless_skipped(
     kfp_server: FakeKfpServer, command: str
 ) -> None:
-    package = package_for(f"127.0.0.1:{closed_port()}/kfp-ddp:0.1.0")
+    package = package_for(f"127.0.0.1:{free_port()}/kfp-ddp:0.1.0")
     refused = submit(command, kfp_server, package)
     assert refused.exit_code == 1, refused.output
     assert "cannot ask http://127.0.0.1:" in refused.output

@@ -7,7 +7,6 @@ import functools
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from kfp_ddp.free_ports import free_port
 from pipelines.cli import main
 from pipelines.package import compile_pipeline
 from tests import yaml_fast
@@ -49,12 +49,6 @@ def invoke(*args: str, env: dict[str, str] | None = None):
 
 def committed_docs() -> list[dict]:
     return [d for d in yaml_fast.safe_load_all(compiled_package().read_text()) if d]
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def assert_one_clear_error(result, *needles: str) -> None:
@@ -235,7 +229,7 @@ def test_forbidden_is_one_clear_error() -> None:
 
 
 def test_unreachable_server_is_one_clear_error() -> None:
-    url = f"http://127.0.0.1:{closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     result = invoke(
         "schedule", "--host", url, "--package", PACKAGE, "--cron", "0 2 * * *", *REQUIRED
     )
@@ -318,7 +312,7 @@ def test_bad_cron_and_missing_package(kfp_server: FakeKfpServer, tmp_path: Path)
 def test_console_script_exits_non_zero_without_traceback() -> None:
     script = Path(sys.executable).with_name("kfp-ddp")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KFP_", "KF_PIPELINES"))}
-    url = f"http://127.0.0.1:{closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     proc = subprocess.run(
         [str(script), "run", "--host", url, "--package", PACKAGE, "--skip-image-check", *REQUIRED],
         capture_output=True,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kfp_ddp.free_ports import free_port
 from kfp_ddp.image_reference import ImageReference
 from pipelines import image_check
 from pipelines.image_check import (
@@ -228,14 +229,8 @@ def test_a_registry_with_login_passes_with_the_users_credentials(
         assert secret not in message
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_an_unreachable_registry_is_refused_naming_the_skip_flag() -> None:
-    image = f"127.0.0.1:{closed_port()}/kfp-ddp:0.1.0"
+    image = f"127.0.0.1:{free_port()}/kfp-ddp:0.1.0"
     with pytest.raises(ImageUnchecked) as refused:
         check_images([image], what="schedule")
     message = refused.value.message

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from components.s3_sync import S3SyncError, sync
+from kfp_ddp.free_ports import free_port
 from kfp_ddp.local_s3 import LocalS3Server
 
 READER = {"accessKey": "READERKEY0000000", "secretKey": "reader-secret-do-not-print"}
@@ -24,12 +24,6 @@ def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
         env=env,
         timeout=timeout,
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +90,7 @@ def test_access_denied(restricted_s3, monkeypatch, tmp_path):
 
 
 def test_unreachable_endpoint_cli(s3_env, tmp_path):
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     env = {**os.environ, "AWS_MAX_ATTEMPTS": "2"}
     proc = _cli("s3://some-bucket/data", str(tmp_path), "--endpoint-url", url, env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
