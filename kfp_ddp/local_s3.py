@@ -174,6 +174,8 @@ class LocalS3Server:
             needs it to stop cleanly); deleting a bucket frees its slots.
         min_free_mb: free space the data dir must have at start on top of what SeaweedFS keeps
             free (``WEED_MIN_FREE_PERCENT`` of the disk); room for what tests and the demo write.
+        log_verbosity: SeaweedFS's ``-v`` level for its log (``log_tail``): 0 logs errors and
+            each volume it grows; 1 also why a volume could not be grown (~4 KB a bucket).
     """
 
     def __init__(
@@ -189,11 +191,13 @@ class LocalS3Server:
         volume_size_mb: int = 1024,
         max_volumes: int = 1000,
         min_free_mb: int = 256,
+        log_verbosity: int = 0,
     ) -> None:
         for knob, value, low in (
             ("volume_size_mb", volume_size_mb, 1),
             ("max_volumes", max_volumes, 1),
             ("min_free_mb", min_free_mb, 0),
+            ("log_verbosity", log_verbosity, 0),
         ):
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"LocalS3Server: {knob}={value!r} must be an integer >= {low}")
@@ -201,6 +205,7 @@ class LocalS3Server:
         self.volume_size_mb = volume_size_mb
         self.max_volumes = max_volumes
         self.min_free_mb = min_free_mb
+        self.log_verbosity = log_verbosity
         self.extra_identities = list(extra_identities)
         self.access_key = access_key or "AK" + secrets.token_hex(9).upper()
         self.secret_key = secret_key or secrets.token_urlsafe(30)
@@ -270,6 +275,7 @@ class LocalS3Server:
             weed,
             f"-logdir={self._tmp}",
             "-logtostderr",
+            f"-v={self.log_verbosity}",
             f"-config_dir={self._tmp}",
             "mini",
             f"-dir={data_dir}",

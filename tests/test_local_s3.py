@@ -98,7 +98,9 @@ def test_hundreds_of_buckets_take_writes_whatever_the_disk():
     """weed mini sizes its volume slots from the free disk, and every bucket needs a volume:
     with 40 GB free the 40th bucket refused writes. The server sizes them itself."""
     buckets = [f"many-{i:03d}" for i in range(210)]
-    with LocalS3Server() as server:
+    # -v=1: the log says why a volume could not be grown (10 tries once failed in CI with no
+    # storage problem; the log was gone)
+    with LocalS3Server(log_verbosity=1) as server:
         # Retries as any S3 client makes them: on a loaded machine SeaweedFS may answer a
         # transient 500 while it grows a volume (4 tries were once not enough in CI: backoff of a
         # few seconds in all); a bucket without a slot is refused on every try.
@@ -107,12 +109,28 @@ def test_hundreds_of_buckets_take_writes_whatever_the_disk():
 
         def write_and_read(name: str) -> bytes:
             client.create_bucket(Bucket=name)
-            client.put_object(Bucket=name, Key="k", Body=name.encode())
+            try:
+                client.put_object(Bucket=name, Key="k", Body=name.encode())
+            except ClientError as err:
+                raise AssertionError(f"{err}\n{_log_about(server, name)}") from err
             return client.get_object(Bucket=name, Key="k")["Body"].read()
 
         with ThreadPoolExecutor(8) as pool:
             assert list(pool.map(write_and_read, buckets)) == [b.encode() for b in buckets]
         assert server.storage_problem() is None
+
+
+def _log_about(server: LocalS3Server, bucket: str, lines: int = 60) -> str:
+    """The server's log lines that name ``bucket`` or a failed volume growth or assignment."""
+    log = server.log_tail(lines=100_000).splitlines()
+    wanted = [
+        line
+        for line in log
+        if bucket in line or ("fail" in line.lower() and ("grow" in line or "assign" in line))
+    ]
+    return f"server log, {len(wanted)} lines about {bucket} or volume growth:\n" + "\n".join(
+        wanted[-lines:]
+    )
 
 
 def test_a_refused_write_says_why():
