@@ -18,7 +18,9 @@ A second run is incremental: the data set, the S3 server's storage and the works
 ``<output>``, so nothing is transferred again, and training resumes its finished checkpoint (same
 data, same settings) instead of starting again. ``--fresh`` starts from scratch: it removes what
 the demo made, and only from a folder the demo made (its marker file is there); a non-empty
-folder without the marker is refused and left as it is (exit 2).
+folder without the marker is refused and left as it is (exit 2). The pipeline's arguments are
+checked before anything is written or started: a bad one (``--model no_such_model``) is refused
+in a second, naming it and the fix (exit 2).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 from kfp_ddp.atomic_files import write_json_atomic
 from pipelines.digits import write_digits_image_folder
 from pipelines.local_data import served_folder
-from pipelines.local_run import run_local
+from pipelines.local_run import LocalRunError, check_run_arguments, run_local
 
 DEMO_BUCKET = "kfp-ddp-demo"
 DATA_PREFIX = "datasets/digits"
@@ -50,11 +52,19 @@ STORAGE_NOTES = {
     "shared-volume": " (the steps and the nodes share a workspace folder, like a RWX claim)",
 }
 EXIT_REFUSED = 2
-"""The output folder is not the demo's to clear (``--fresh``); nothing was deleted."""
+"""Refused before anything ran: a bad argument, or an output folder that is not the demo's to
+clear (``--fresh``); nothing was written, started or deleted."""
+CHECK_ENDPOINT = "http://127.0.0.1:9000"
+"""Stands in for the S3 server's address (known once it runs) when the arguments are checked
+before it starts: the check contacts nothing."""
 
 
 class OutputRefused(Exception):
     """``--output`` cannot be used as asked; the message names the folder, why, and the fix."""
+
+
+class ArgumentsRefused(Exception):
+    """The pipeline would refuse an argument; the message names each one and the fix."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +167,21 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
     started = time.monotonic()
     output = DemoOutput(args.output.resolve())
+    # Checked before anything is written or started: a bad --model costs a second, not an S3
+    # server and an upload.
+    try:
+        check_run_arguments(
+            _pipeline_arguments(
+                args,
+                data_uri=f"s3://{DEMO_BUCKET}/{DATA_PREFIX}",
+                endpoint_url=CHECK_ENDPOINT,
+                models_uri=f"s3://{DEMO_BUCKET}/{MODELS_PREFIX}",
+            ),
+            output / "workspace",
+            args.storage,
+        )
+    except LocalRunError as exc:
+        raise ArgumentsRefused(str(exc)) from None
     output.prepare(fresh=args.fresh)
     dataset = output / "dataset"
     counts = write_digits_image_folder(dataset)
@@ -176,27 +201,12 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
             f"transferred, {served.upload.skipped} unchanged"
         )
         run = run_local(
-            {
-                "data_uri": served.data_uri,
-                "s3_endpoint": served.endpoint_url,
-                "workers": args.workers,
-                "gpus_per_worker": 0,
-                "model": args.model,
-                "epochs": args.epochs,
-                "batch_size": args.batch_size,
-                "lr": args.lr,
-                "image_size": 32,
-                # a killed demo resumes: its ~90 steps would never reach the default 200
-                "checkpoint_every_steps": DEMO_CHECKPOINT_EVERY_STEPS,
-                # Digits must not be mirrored (the default, auto, finds so too), nor shifted
-                # at 32 px, and a short warmup keeps a from-scratch ResNet's first steps stable.
-                "trainer_args": [
-                    *("--augment", "none", "--warmup-steps", "10"),
-                    *("--log-interval", "5"),  # enough points for the report's curves
-                ],
-                "accuracy_threshold": args.threshold,
-                "publish_uri": served.models_uri,
-            },
+            _pipeline_arguments(
+                args,
+                data_uri=served.data_uri,
+                endpoint_url=served.endpoint_url,
+                models_uri=served.models_uri,
+            ),
             workspace=output / "workspace",
             storage=args.storage,
             pipeline_root=output / "kfp-runs",
@@ -227,6 +237,33 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     }
     write_json_atomic(output / "summary.json", summary)
     return summary
+
+
+def _pipeline_arguments(
+    args: argparse.Namespace, *, data_uri: str, endpoint_url: str, models_uri: str
+) -> dict[str, Any]:
+    """The training pipeline's arguments for the demo's flags and its S3 places."""
+    return {
+        "data_uri": data_uri,
+        "s3_endpoint": endpoint_url,
+        "workers": args.workers,
+        "gpus_per_worker": 0,
+        "model": args.model,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "image_size": 32,
+        # a killed demo resumes: its ~90 steps would never reach the default 200
+        "checkpoint_every_steps": DEMO_CHECKPOINT_EVERY_STEPS,
+        # Digits must not be mirrored (the default, auto, finds so too), nor shifted at 32 px,
+        # and a short warmup keeps a from-scratch ResNet's first steps stable.
+        "trainer_args": [
+            *("--augment", "none", "--warmup-steps", "10"),
+            *("--log-interval", "5"),  # enough points for the report's curves
+        ],
+        "accuracy_threshold": args.threshold,
+        "publish_uri": models_uri,
+    }
 
 
 def _published_files(s3: Any, published_uri: str | None) -> list[str]:
@@ -295,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
         summary = run_demo(args)
-    except OutputRefused as exc:
+    except (OutputRefused, ArgumentsRefused) as exc:
         print(f"demo: error: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except KeyboardInterrupt:

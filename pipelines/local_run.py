@@ -187,8 +187,9 @@ def collect_local_run(
     return result
 
 
-def _check(arguments: dict[str, Any], workspace: Path, storage: str) -> None:
-    """Every argument checked before anything runs (the pipeline checks them again itself)."""
+def check_run_arguments(arguments: dict[str, Any], workspace: Path, storage: str) -> None:
+    """Raise LocalRunError naming every bad argument of a ``run_local`` run, without running or
+    contacting anything (``run_local`` calls it first; the pipeline checks them again itself)."""
 
     try:
         check_arguments(
@@ -227,7 +228,7 @@ def run_local(
     workspace.mkdir(parents=True, exist_ok=True)
     pipeline_root = Path(pipeline_root or workspace / "kfp-outputs").resolve()
     pipeline_root.mkdir(parents=True, exist_ok=True)
-    _check(arguments, workspace, storage)
+    check_run_arguments(arguments, workspace, storage)
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=str(pipeline_root),

@@ -106,10 +106,14 @@ def test_demo_trains_evaluates_publishes_and_is_incremental(tmp_path):
 
 
 def test_demo_failure_is_one_clear_line_and_stops_the_server(tmp_path):
-    proc = _demo(tmp_path / "out", "--model", "no_such_model", "--epochs", "1")
+    # A batch larger than a rank's share of the digits: the arguments pass their check, the
+    # data step refuses it once the server is up.
+    proc = _demo(tmp_path / "out", "--batch-size", "5000", "--epochs", "1")
     log, _ = proc.communicate(timeout=600)
     assert proc.returncode == 1, log[-3000:]
-    assert "demo failed:" in log and "Traceback" not in log.split("demo failed:")[1]
+    cause = log.split("demo failed:")[1] if "demo failed:" in log else ""
+    assert "'list the data in S3' failed: batch_size=5000" in cause, log[-3000:]
+    assert "Traceback" not in cause
     _assert_server_gone(_server_pid(log))
 
 

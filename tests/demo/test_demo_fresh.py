@@ -1,4 +1,5 @@
-"""``python -m pipelines.demo --fresh`` removes only what the demo made.
+"""``python -m pipelines.demo`` refuses before it writes, starts or deletes anything: a bad
+argument, and a folder ``--fresh`` may not clear (it removes only what the demo made).
 
 The demo marks the output folder it creates; ``--fresh`` clears the demo's entries from a marked
 folder and refuses (exit 2, nothing deleted) a non-empty folder without the marker — a typo in
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.demo import EXIT_REFUSED, DemoOutput, OutputRefused
+from pipelines.demo import main as demo_main
 
 
 def _tree(root: Path) -> dict[str, tuple[bytes | str, int]]:
@@ -127,3 +129,12 @@ def test_every_path_the_demo_writes_is_one_fresh_knows() -> None:
     with pytest.raises(KeyError, match="not one of the demo's entries"):
         DemoOutput(Path("/nowhere")) / "checkpoints"
     assert DemoOutput(Path("/out")) / "dataset" == Path("/out/dataset")
+
+
+def test_a_bad_argument_is_refused_before_anything_is_written_or_started(tmp_path, capsys):
+    output = tmp_path / "out"
+    assert demo_main(["--output", str(output), "--model", "no_such_model"]) == EXIT_REFUSED
+    said = capsys.readouterr()
+    assert said.err.startswith("demo: error: bad argument(s):\nmodel='no_such_model': ")
+    assert "resnet18" in said.err  # the models it takes
+    assert "local S3 server" not in said.out and not output.exists()
