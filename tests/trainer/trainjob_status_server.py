@@ -17,6 +17,7 @@ import json
 import re
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -140,6 +141,13 @@ class _TLSServer(ThreadingHTTPServer):
             connection, server_side=True, do_handshake_on_connect=False
         )
         return wrapped, address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up before its answer was written (the reporter's timeout is
+        shorter than a slow answer) is no error of the server's; anything else is printed."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, ssl.SSLEOFError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class StatusServer:
