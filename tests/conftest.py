@@ -30,6 +30,7 @@ from tests.s3_env import use_s3_server
 pytest_plugins = [
     "pytester",
     "tests.cpu_time",
+    "tests.machine_speed",
     "tests.cluster.plugin",
     "tests.cluster.node_plugin",
     "tests.containers.plugin",
