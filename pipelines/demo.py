@@ -167,21 +167,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
     started = time.monotonic()
     output = DemoOutput(args.output.resolve())
-    # Checked before anything is written or started: a bad --model costs a second, not an S3
-    # server and an upload.
-    try:
-        check_run_arguments(
-            _pipeline_arguments(
-                args,
-                data_uri=f"s3://{DEMO_BUCKET}/{DATA_PREFIX}",
-                endpoint_url=CHECK_ENDPOINT,
-                models_uri=f"s3://{DEMO_BUCKET}/{MODELS_PREFIX}",
-            ),
-            output / "workspace",
-            args.storage,
-        )
-    except LocalRunError as exc:
-        raise ArgumentsRefused(str(exc)) from None
+    _check_arguments(args, output)
     output.prepare(fresh=args.fresh)
     dataset = output / "dataset"
     counts = write_digits_image_folder(dataset)
@@ -237,6 +223,21 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     }
     write_json_atomic(output / "summary.json", summary)
     return summary
+
+
+def _check_arguments(args: argparse.Namespace, output: DemoOutput) -> None:
+    """The pipeline's check of the demo's arguments, before anything is written or started: a
+    bad ``--model`` costs a second, not an S3 server and an upload. Raises ArgumentsRefused."""
+    arguments = _pipeline_arguments(
+        args,
+        data_uri=f"s3://{DEMO_BUCKET}/{DATA_PREFIX}",
+        endpoint_url=CHECK_ENDPOINT,
+        models_uri=f"s3://{DEMO_BUCKET}/{MODELS_PREFIX}",
+    )
+    try:
+        check_run_arguments(arguments, output / "workspace", args.storage)
+    except LocalRunError as exc:
+        raise ArgumentsRefused(str(exc)) from None
 
 
 def _pipeline_arguments(
