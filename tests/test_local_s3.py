@@ -6,8 +6,10 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import boto3
 import pytest
@@ -20,6 +22,8 @@ from kfp_ddp.local_s3 import (
     find_weed_binary,
     remove_abandoned_temp_dirs,
 )
+
+T = TypeVar("T")
 
 
 def _alive(pid: int) -> bool:
@@ -104,27 +108,32 @@ def test_hundreds_of_buckets_take_writes_whatever_the_disk():
         client = server.client(max_pool_connections=8, retries={"max_attempts": 3})
 
         def write_and_read(name: str) -> bytes:
-            client.create_bucket(Bucket=name)
-            _put_patiently(server, client, name)
-            return client.get_object(Bucket=name, Key="k")["Body"].read()
+            _patiently(
+                server, name, lambda: server.create_bucket(name)
+            )  # made, or there from a retry
+            _patiently(
+                server, name, lambda: client.put_object(Bucket=name, Key="k", Body=name.encode())
+            )
+            return _patiently(
+                server, name, lambda: client.get_object(Bucket=name, Key="k")["Body"].read()
+            )
 
         with ThreadPoolExecutor(8) as pool:
             assert list(pool.map(write_and_read, buckets)) == [b.encode() for b in buckets]
         assert server.storage_problem() is None
 
 
-def _put_patiently(server: LocalS3Server, client, bucket: str, patience_s: float = 120) -> None:
-    """Write to ``bucket``, asking again for ``patience_s`` while SeaweedFS answers a transient
-    500 (on a loaded machine it may while it grows volumes). botocore's own retries are not
-    enough: they stop when the client's retry quota is spent (500 tokens, 14 a retry, shared by
-    the 8 threads); a write in CI failed with 10 tries allowed and without botocore's "reached
-    max retries" note, as when the quota stops them. A write refused for lack of room fails at
-    once, naming the problem."""
+def _patiently(server: LocalS3Server, bucket: str, call: Callable[[], T], patience_s=120.0) -> T:
+    """``call`` (a request about ``bucket``), asked again for ``patience_s`` while SeaweedFS
+    answers a transient 500 (on a loaded machine it may while it grows volumes). botocore's own
+    retries are not enough: they stop when the client's retry quota is spent (500 tokens, 14 a
+    retry, shared by the 8 threads); a write in CI failed with 10 tries allowed and without
+    botocore's "reached max retries" note, as when the quota stops them. A write refused for
+    lack of room fails at once, naming the problem."""
     deadline = time.monotonic() + patience_s
     while True:
         try:
-            client.put_object(Bucket=bucket, Key="k", Body=bucket.encode())
-            return
+            return call()
         except ClientError as err:
             refused = err.response["Error"]["Code"] != "InternalError" or server.storage_problem()
             if refused or time.monotonic() > deadline:
