@@ -31,10 +31,11 @@ pytest_plugins = [
     "pytester",
     "tests.cpu_time",
     "tests.machine_speed",
+    # before the plugins that import it, so that pytest rewrites its asserts
+    "tests.containers.registry",
     "tests.cluster.plugin",
     "tests.cluster.node_plugin",
     "tests.containers.plugin",
-    "tests.containers.registry",
 ]
 
 SHARED_DIR = Path(__file__).resolve().parents[1].parent / "shared"
