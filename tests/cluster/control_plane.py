@@ -246,7 +246,7 @@ class ControlPlane:
     node_token: str = field(default_factory=lambda: secrets.token_hex(16))
     ca: certs.CertificateAuthority = field(default_factory=certs.CertificateAuthority)
     operator_ca: certs.CertificateAuthority = field(
-        default_factory=lambda: certs.CertificateAuthority(OPERATOR_CA_NAME)
+        default_factory=lambda: certs.CertificateAuthority(OPERATOR_CA_NAME, rsa_key=True)
     )
     started_s: float = 0.0
 

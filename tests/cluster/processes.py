@@ -6,6 +6,7 @@ log, so a failed start says why (a port taken, a bad flag, a missing CRD).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import ssl
@@ -33,8 +34,12 @@ def log_tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+@functools.cache
 def _insecure_context() -> ssl.SSLContext:
-    context = ssl.create_default_context()
+    """One TLS context for every readiness probe, with no CA loaded: it verifies nothing.
+    ``ssl.create_default_context()`` loads the system's CA bundle (~24 ms of CPU), and a plane's
+    start probes its components every 0.1 s."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     return context
