@@ -122,6 +122,8 @@ def _read_s3(uri: str, endpoint_url: str | None) -> bytes:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from components.s3_sync.connection import botocore_session
+
     try:
         where = parse_s3_uri(uri, prefix_required=True)
     except S3UriError as err:
@@ -134,7 +136,8 @@ def _read_s3(uri: str, endpoint_url: str | None) -> bytes:
         # in a session of its own: boto3's default session keeps the credentials it found first,
         # so a process whose environment changed since (the check step in-process, tests) would
         # sign with stale keys.
-        client = boto3.session.Session().client("s3", endpoint_url=endpoint_url or None)
+        session = boto3.session.Session(botocore_session=botocore_session())
+        client = session.client("s3", endpoint_url=endpoint_url or None)
         body = client.get_object(Bucket=bucket, Key=key)["Body"]
         return body.read()
     except ClientError as err:

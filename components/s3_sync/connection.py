@@ -242,11 +242,9 @@ def _botocore_client(
     max_pool_connections: int,
 ) -> tuple[Any, Any, S3Settings]:
     """A botocore session and S3 client with the settings it resolved."""
-    import botocore.session
     from botocore.config import Config
 
-    session = botocore.session.Session()
-    session.register_component("data_loader", _shared_loader(session))
+    session = botocore_session()
     # LastModified is never used; botocore's dateutil parsing of it is the costliest part of a
     # big listing, so timestamps stay the raw strings.
     session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
@@ -274,6 +272,18 @@ def _botocore_client(
         ca_bundle=session.get_config_variable("ca_bundle") or None,
     )
     return session, client, settings
+
+
+def botocore_session() -> Any:
+    """A new botocore session: its settings and credentials are read afresh, as any new
+    session's; its data loader is the process's one (:func:`_shared_loader`). An S3 client made
+    from it costs ~12 ms of CPU instead of ~80 ms once the process has made one.
+    ``boto3.session.Session(botocore_session=botocore_session())`` for a boto3 client."""
+    import botocore.session
+
+    session = botocore.session.Session()
+    session.register_component("data_loader", _shared_loader(session))
+    return session
 
 
 _LOADER_LOCK = threading.Lock()
