@@ -76,6 +76,7 @@ def _where(publish_uri: str) -> tuple[str, str]:
 def _client(endpoint_url: str | None) -> Any:
     import boto3
 
+    # Here, like boto3: only the steps that read or move the pointer make a client.
     from components.s3_sync.connection import botocore_session
 
     # A session of its own: boto3's default one keeps the credentials it found first. Its data

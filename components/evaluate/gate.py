@@ -122,6 +122,7 @@ def _read_s3(uri: str, endpoint_url: str | None) -> bytes:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
+    # Here, like boto3: only a baseline in S3 needs a client.
     from components.s3_sync.connection import botocore_session
 
     try:
