@@ -142,16 +142,21 @@ def _patiently(server: LocalS3Server, bucket: str, call: Callable[[], T], patien
 
 
 def _log_about(server: LocalS3Server, bucket: str, lines: int = 60) -> str:
-    """The server's log lines that name ``bucket`` or a failed volume growth or assignment."""
+    """The server's log lines that name ``bucket`` or a failed volume growth or assignment: the
+    first and the last ones. The first say what the master did when the bucket's first write
+    came (its ``assign`` and ``volume grow`` lines name the bucket's collection); the last are
+    the filer's failed writes since, one like the next (CI: 115 lines, only those shown)."""
     log = server.log_tail(lines=100_000).splitlines()
     wanted = [
         line
         for line in log
         if bucket in line or ("fail" in line.lower() and ("grow" in line or "assign" in line))
     ]
-    return f"server log, {len(wanted)} lines about {bucket} or volume growth:\n" + "\n".join(
-        wanted[-lines:]
-    )
+    shown = wanted
+    if len(wanted) > lines:
+        left_out = [f"... {len(wanted) - lines} lines ..."]
+        shown = [*wanted[: lines // 2], *left_out, *wanted[len(wanted) - lines // 2 :]]
+    return f"server log, {len(wanted)} lines about {bucket} or volume growth:\n" + "\n".join(shown)
 
 
 def test_a_refused_write_says_why():
