@@ -120,8 +120,9 @@ class ClusterOwnerScheduling(LoadScheduling):
         return claimant is not node
 
     def _claim(self, node, chosen: list[int]) -> None:
+        self._known()
         for index in chosen:
-            file = file_of(self.collection[index])
+            file = self._files[index]
             if has_a_module_fixture(Path(self.config.rootpath) / file):
                 self.claims.setdefault(file, node)
 

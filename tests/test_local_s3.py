@@ -152,10 +152,10 @@ def _log_about(server: LocalS3Server, bucket: str, lines: int = 60) -> str:
         for line in log
         if bucket in line or ("fail" in line.lower() and ("grow" in line or "assign" in line))
     ]
+    half = lines // 2
     shown = wanted
     if len(wanted) > lines:
-        left_out = [f"... {len(wanted) - lines} lines ..."]
-        shown = [*wanted[: lines // 2], *left_out, *wanted[len(wanted) - lines // 2 :]]
+        shown = [*wanted[:half], f"... {len(wanted) - 2 * half} lines ...", *wanted[-half:]]
     return f"server log, {len(wanted)} lines about {bucket} or volume growth:\n" + "\n".join(shown)
 
 

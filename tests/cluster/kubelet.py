@@ -34,6 +34,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -42,13 +43,6 @@ NODE_NAME = "test-kubelet"
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True)
-class _Response:
-    """What ``ApiClient.deserialize`` reads of a response: its body, as ``data``."""
-
-    data: str
 
 
 @dataclass
@@ -543,7 +537,8 @@ class FakeKubelet:
 
     def _decoded_pod(self, pod: dict[str, Any]) -> Any:
         """The V1Pod of the API server's JSON ``pod``."""
-        return self.api.deserialize(_Response(json.dumps(pod)), "V1Pod")
+        # As the Watch itself decodes an event: a response-like object whose ``data`` is JSON.
+        return self.api.deserialize(SimpleNamespace(data=json.dumps(pod)), "V1Pod")
 
     def _finish(self, pod: Any) -> None:
         from kubernetes import client
