@@ -242,6 +242,17 @@ def succeed(workers: int = 2, *, lines: int = 3, restarts: int = 0, delay: float
     return scenario
 
 
+def seen_running(
+    job: JobPods, pod: Any, line: str, lines: list[str], timeout: float = 30.0
+) -> None:
+    """``pod`` logs ``line``; the scenario goes on once the launcher printed it, having seen
+    the pod run. A real container runs for seconds before it is killed or preempted; a played
+    one can be gone before a launcher on a busy machine starts its pod watch (CI counted no
+    restart once: the watch never saw the killed pod)."""
+    job.log(pod, line)
+    job.wait_until(lambda: any(x.endswith(f"] {line}") for x in lines), timeout)
+
+
 def once_recreated(old: dict[str, Any], scenario):
     """Scenario: ``scenario``, played on the pods of the job that replaced ``old`` (the job as
     the API had it), never on a pod of the old one still being deleted."""

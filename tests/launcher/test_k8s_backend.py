@@ -42,6 +42,7 @@ from tests.launcher.k8s_helpers import (
     replica,
     role_without,
     run,
+    seen_running,
     spec,
     succeed,
 )
@@ -140,11 +141,12 @@ def test_a_preempted_pod_is_recreated_counted_and_its_logs_follow(k8s, api):
     """Preemption deletes a running pod: the controller creates it again (a TrainJob's Job under
     a new name, the Training Operator under the same one) and the launcher follows the new one."""
 
+    lines: list[str] = []
+
     def scenario(job: JobPods) -> None:
         (pod,) = job.pods(1)
         job.run(pod)
-        job.log(pod, "attempt 1")
-        job.sleep(0.5)
+        seen_running(job, pod, "attempt 1", lines)
         job.delete(pod)  # the kubelet sends SIGTERM: exit 143, then the pod is gone
         pod = job.replacement(pod)
         job.run(pod)
@@ -152,7 +154,6 @@ def test_a_preempted_pod_is_recreated_counted_and_its_logs_follow(k8s, api):
         job.sleep(0.5)
         job.exit(pod)
 
-    lines: list[str] = []
     result = run(k8s, spec(k8s, api, workers=1), lines, scenario)
     name = replica(api, 0)
     assert result.phase == "Succeeded" and result.restarts == 1
@@ -366,10 +367,13 @@ def test_a_pytorchjob_with_exitcode_is_failed_by_the_operator(k8s):
 def test_a_pytorchjob_worker_killed_with_137_is_restarted_and_the_job_succeeds(k8s):
     """ExitCode: 128-255 is retryable (the operator recreates the pod), 1-127 is not."""
 
+    lines: list[str] = []
+
     def scenario(job: JobPods) -> None:
         first, second = job.pods(2)
         job.run(first)
         job.run(second)
+        seen_running(job, second, "training", lines)
         job.exit(second, 137, reason="OOMKilled")
         second = job.replacement(second)
         job.run(second)
@@ -377,7 +381,6 @@ def test_a_pytorchjob_worker_killed_with_137_is_restarted_and_the_job_succeeds(k
         job.exit(second)
         job.exit(first)
 
-    lines: list[str] = []
     result = run(k8s, spec(k8s, "pytorchjob"), lines, scenario)
     assert result.phase == "Succeeded" and result.restarts >= 1
     assert "[worker-1] resumed" in lines
