@@ -1,6 +1,6 @@
 """What each test costs the suite in CPU time, and a summary by file at the end of the run.
 
-On 2 cores the suite is CPU-bound (3 workers keep both cores ~90 % busy from start to end), so a
+On 2 cores the suite is CPU-bound (4 workers keep both cores ~92 % busy from start to end), so a
 test's wall time says little about what it costs: a test that waits leaves its core to another
 worker, and one that starts 4 trainers takes both. Each test's CPU seconds are those of the
 pytest process and of the children it reaped while the test ran (setup, call and teardown): the
