@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -99,46 +104,79 @@ def test_stopped_by_pid_also_on_exceptions():
     server.stop()  # idempotent
 
 
-def test_hundreds_of_buckets_take_writes_whatever_the_disk():
+def test_hundreds_of_buckets_take_writes_whatever_the_disk(monkeypatch):
     """weed mini sizes its volume slots from the free disk, and every bucket needs a volume:
     with 40 GB free the 40th bucket refused writes. The server sizes them itself."""
     buckets = [f"many-{i:03d}" for i in range(210)]
+    monkeypatch.setenv("GOTRACEBACK", "all")  # a SIGQUIT dumps every goroutine (_stuck_goroutines)
     # -v=1: the log says why a volume could not be grown
     with LocalS3Server(log_verbosity=1) as server:
         client = server.client(max_pool_connections=8, retries={"max_attempts": 3})
+        patience = _Patience(server)
 
         def write_and_read(name: str) -> bytes:
-            _patiently(
-                server, name, lambda: server.create_bucket(name)
-            )  # made, or there from a retry
-            _patiently(
-                server, name, lambda: client.put_object(Bucket=name, Key="k", Body=name.encode())
-            )
-            return _patiently(
-                server, name, lambda: client.get_object(Bucket=name, Key="k")["Body"].read()
+            patience.call(name, lambda: server.create_bucket(name))  # made, or there from a retry
+            patience.call(name, lambda: client.put_object(Bucket=name, Key="k", Body=name.encode()))
+            return patience.call(
+                name, lambda: client.get_object(Bucket=name, Key="k")["Body"].read()
             )
 
         with ThreadPoolExecutor(8) as pool:
-            assert list(pool.map(write_and_read, buckets)) == [b.encode() for b in buckets]
+            futures = [pool.submit(write_and_read, name) for name in buckets]
+        patience.check()
+        assert [f.result() for f in futures] == [b.encode() for b in buckets]
         assert server.storage_problem() is None
 
 
-def _patiently(server: LocalS3Server, bucket: str, call: Callable[[], T], patience_s=120.0) -> T:
-    """``call`` (a request about ``bucket``), asked again for ``patience_s`` while SeaweedFS
-    answers a transient 500 (on a loaded machine it may while it grows volumes). botocore's own
-    retries are not enough: they stop when the client's retry quota is spent (500 tokens, 14 a
-    retry, shared by the 8 threads); a write in CI failed with 10 tries allowed and without
-    botocore's "reached max retries" note, as when the quota stops them. A write refused for
-    lack of room fails at once, naming the problem."""
-    deadline = time.monotonic() + patience_s
-    while True:
-        try:
-            return call()
-        except ClientError as err:
-            refused = err.response["Error"]["Code"] != "InternalError" or server.storage_problem()
-            if refused or time.monotonic() > deadline:
-                raise AssertionError(f"{err}\n{_log_about(server, bucket)}") from err
-        time.sleep(1)
+class _GaveUp(Exception):
+    """Another request ran out of patience: this one stops too."""
+
+
+@dataclass
+class _Patience:
+    """Requests asked again for ``patience_s`` while SeaweedFS answers a transient 500 (on a
+    loaded machine it may while it grows volumes). botocore's own retries are not enough: they
+    stop when the client's retry quota is spent (500 tokens, 14 a retry, shared by the 8
+    threads); a write in CI failed with 10 tries allowed and without botocore's "reached max
+    retries" note, as when the quota stops them. A write refused for lack of room fails at
+    once, naming the problem.
+
+    The first request to run out of patience stops the others (CI's stuck server cost 8 threads
+    120 s each) and asks the server where it is stuck (:func:`_stuck_goroutines`)."""
+
+    server: LocalS3Server
+    patience_s: float = 120.0
+    failure: AssertionError | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def call(self, bucket: str, call: Callable[[], T]) -> T:
+        """``call`` (a request about ``bucket``), asked again while the server answers 500."""
+        deadline = time.monotonic() + self.patience_s
+        while True:
+            if self.failure is not None:
+                raise _GaveUp(bucket)
+            try:
+                return call()
+            except ClientError as err:
+                refused = err.response["Error"]["Code"] != "InternalError"
+                problem = self.server.storage_problem()
+                if refused or problem or time.monotonic() > deadline:
+                    raise self._give_up(bucket, err, stuck=not (refused or problem)) from err
+            time.sleep(1)
+
+    def _give_up(self, bucket: str, err: ClientError, *, stuck: bool) -> AssertionError:
+        with self.lock:
+            if self.failure is None:
+                said = f"{err}\n{_log_about(self.server, bucket)}"
+                if stuck:
+                    said += f"\n{_stuck_goroutines(self.server)}"
+                self.failure = AssertionError(said)
+            return self.failure
+
+    def check(self) -> None:
+        """Raise the first request's failure, with what the server said (if one gave up)."""
+        if self.failure is not None:
+            raise self.failure
 
 
 def _log_about(server: LocalS3Server, bucket: str, lines: int = 60) -> str:
@@ -157,6 +195,49 @@ def _log_about(server: LocalS3Server, bucket: str, lines: int = 60) -> str:
     if len(wanted) > lines:
         shown = [*wanted[:half], f"... {len(wanted) - 2 * half} lines ...", *wanted[-half:]]
     return f"server log, {len(wanted)} lines about {bucket} or volume growth:\n" + "\n".join(shown)
+
+
+GOROUTINE = re.compile(r"^goroutine \d+ .*\[(?P<state>[^,\]]+), (?P<minutes>\d+) minutes\]:$")
+CALL = re.compile(r"^(?P<function>\S.*)\([^()]*\)$")
+"""A frame's function line in a Go dump (its file line is indented): ``pkg.(*T).M(0x1, ...)``."""
+SEAWEEDFS = "github.com/seaweedfs/seaweedfs/weed/"
+
+
+def _stuck_goroutines(server: LocalS3Server, groups: int = 12, frames: int = 8) -> str:
+    """Where the server is stuck: its goroutines in SeaweedFS code that have waited a minute or
+    more, alike stacks counted once, each as what it waits in (the first frame outside Go's
+    runtime) and its SeaweedFS frames, innermost first. A Go program sent SIGQUIT prints every
+    goroutine (with ``GOTRACEBACK=all``) and how long each has waited, then exits: the server
+    is stopped."""
+    pid = server.pid
+    if pid is None or not _alive(pid):
+        return "(the server had exited: no goroutines to show)"
+    os.kill(pid, signal.SIGQUIT)
+    deadline = time.monotonic() + 20
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    log = server.log_tail(lines=10**7)
+    dump = log[log.rfind("SIGQUIT") :] if "SIGQUIT" in log else ""
+    stacks: Counter[tuple[str, ...]] = Counter()
+    for block in dump.split("\n\n"):
+        lines = block.splitlines()
+        header = GOROUTINE.match(lines[0]) if lines else None
+        if header is None:
+            continue
+        calls = [m["function"] for line in lines[1:] if (m := CALL.match(line))]
+        ours = [c.removeprefix(SEAWEEDFS) for c in calls if c.startswith(SEAWEEDFS)]
+        if not ours:
+            continue  # Go's or a library's own goroutine (gRPC, HTTP): not where a write waits
+        waits_in = next((c for c in calls if not c.startswith(("runtime.", "internal/"))), "?")
+        waited = f"[{header['state']}, {header['minutes']} min in {waits_in}]"
+        stacks[(waited, *ours[:frames])] += 1
+    if not stacks:
+        return f"no SeaweedFS goroutine had waited a minute ({len(dump)} characters dumped)"
+    shown = [
+        f"{count}x {stack[0]} " + " < ".join(stack[1:])
+        for stack, count in stacks.most_common(groups)
+    ]
+    return "server goroutines waiting a minute or more, by stack:\n" + "\n".join(shown)
 
 
 def test_a_refused_write_says_why():
