@@ -179,12 +179,16 @@ class _Patience:
             raise self.failure
 
 
+WHOLE_LOG = 10**7
+"""Lines of the server's log to read when all of it is wanted (log_tail reads the file anyway)."""
+
+
 def _log_about(server: LocalS3Server, bucket: str, lines: int = 60) -> str:
     """The server's log lines that name ``bucket`` or a failed volume growth or assignment: the
     first and the last ones. The first say what the master did when the bucket's first write
     came (its ``assign`` and ``volume grow`` lines name the bucket's collection); the last are
     the filer's failed writes since, one like the next (CI: 115 lines, only those shown)."""
-    log = server.log_tail(lines=100_000).splitlines()
+    log = server.log_tail(lines=WHOLE_LOG).splitlines()
     wanted = [
         line
         for line in log
@@ -216,7 +220,7 @@ def _stuck_goroutines(server: LocalS3Server, groups: int = 12, frames: int = 8) 
     deadline = time.monotonic() + 20
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    log = server.log_tail(lines=10**7)
+    log = server.log_tail(lines=WHOLE_LOG)
     dump = log[log.rfind("SIGQUIT") :] if "SIGQUIT" in log else ""
     stacks: Counter[tuple[str, ...]] = Counter()
     for block in dump.split("\n\n"):
