@@ -1,19 +1,30 @@
 """Free TCP ports for the servers this package starts on one machine (the local launcher's
-rendezvous, the local S3 server), picked where no outgoing connection takes them meanwhile.
+rendezvous, the local S3 server), picked where no outgoing connection and no other pick takes
+them meanwhile.
 
 A port is picked, then a process binds it a few seconds later (once Python and torch have
-loaded). A port that ``bind(("", 0))`` gives comes from the kernel's ephemeral range, the range
-it also takes the local port of every outgoing connection from: any connection this machine
-opens in those seconds (an S3 transfer, an API call) may take it, and the server then fails with
-"address already in use". So the ports are picked at random below that range, where the kernel
-never gives one away by itself; ``bind(0)``'s only where the range is unknown (not Linux).
+loaded). Two things can take it in those seconds:
+
+* the kernel: a port that ``bind(("", 0))`` gives comes from its ephemeral range, the range it
+  also takes the local port of every outgoing connection from (an S3 transfer, an API call). So
+  the ports are picked at random below that range, where the kernel never gives one away by
+  itself; ``bind(0)``'s only where the range is unknown (not Linux);
+* another pick, in this process or another (parallel test workers, two local runs): a picked
+  port is free until its server binds it, so a second pick could land on it. So every pick is
+  written down, under a lock, in a folder of this user's in the temporary directory, and a port
+  picked in the last :data:`RESERVED_SECONDS` is not picked again (see :class:`_Reservations`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import random
 import socket
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -23,33 +34,36 @@ LOWEST = 20_000
 Ray's worker ports (10002-19999 by default: ``ray start`` refuses a port of its own in them)."""
 TRIES_PER_PORT = 50
 """Random picks per port wanted before falling back to ``bind(0)``'s (all taken: unlikely)."""
+RESERVED_SECONDS = 120.0
+"""How long a picked port is left to the server it was picked for: more than a server takes to
+start on a busy machine (Python, torch and a checkpoint load before the rendezvous binds)."""
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct TCP ports on ``host`` that were free a moment ago (see the module)."""
-    with contextlib.ExitStack() as held:  # held together: no port twice
+    """``count`` distinct TCP ports on ``host`` that were free a moment ago and that no other pick
+    gave in the last :data:`RESERVED_SECONDS` (see the module). An address that is not this
+    machine's raises :class:`OSError`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))  # an address not of this machine raises here, not in a loop
+    candidates = _below_the_ephemeral_range()
+    with _Reservations.held() as reservations:
         ports: list[int] = []
-
-        def hold(port: int) -> None:
-            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            with contextlib.suppress(OSError):  # taken: another pick
-                sock.bind((host, port))
-                ports.append(port)
-
-        candidates = _below_the_ephemeral_range()
         for _ in range(count * TRIES_PER_PORT if candidates else 0):
             if len(ports) == count:
                 break
-            hold(random.choice(candidates))
-        while len(ports) < count:  # the kernel's pick; an address not of this machine raises
-            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((host, 0))
-            ports.append(sock.getsockname()[1])
+            port = random.choice(candidates)
+            if port not in ports and port not in reservations and _bindable(host, port):
+                ports.append(port)
+        while len(ports) < count:  # the kernel's pick
+            port = _kernels_pick(host)
+            if port not in ports:
+                ports.append(port)
+        reservations.add(ports)
         return ports
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """One TCP port on ``host`` that was free a moment ago (see the module)."""
+    """One TCP port on ``host`` that was free a moment ago (see :func:`free_ports`)."""
     return free_ports(1, host)[0]
 
 
@@ -60,3 +74,77 @@ def _below_the_ephemeral_range() -> range:
     except (OSError, ValueError, IndexError):
         return range(0)
     return range(LOWEST, lowest_ephemeral)
+
+
+def _bindable(host: str, port: int) -> bool:
+    """Whether ``port`` is free on ``host`` and on every address: a server listening on all
+    addresses (the rendezvous store does) fails on a port another one holds on a single one."""
+    for address in ("", host):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((address, port))
+            except OSError:
+                return False
+    return True
+
+
+def _kernels_pick(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class _Reservations:
+    """The ports picked in the last :data:`RESERVED_SECONDS` on this machine by this user: a
+    file per port, named by it, in :meth:`folder`, read and written under an exclusive lock on
+    the folder's lock file, so that two picks never run at once. Older files are removed when
+    read. Where the folder cannot be written (a read-only temporary directory) or another user
+    made it, there are no reservations and the picks are as free as the ports' binds say."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        self.ports = self._recent() if folder else set()
+
+    @staticmethod
+    def folder() -> Path:
+        return Path(tempfile.gettempdir()) / f"kfp-ddp-ports-{os.getuid()}"
+
+    @classmethod
+    @contextlib.contextmanager
+    def held(cls) -> Iterator[_Reservations]:
+        folder = cls.folder()
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            if folder.stat().st_uid != os.getuid():  # made by another user: not trusted
+                raise PermissionError(folder)
+            lock = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            yield cls(None)
+            return
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield cls(folder)
+        finally:
+            os.close(lock)  # releases the lock
+
+    def __contains__(self, port: int) -> bool:
+        return port in self.ports
+
+    def add(self, ports: list[int]) -> None:
+        for port in ports if self.folder else ():
+            with contextlib.suppress(OSError):  # a reservation fewer, as without the folder
+                (self.folder / str(port)).touch()
+
+    def _recent(self) -> set[int]:
+        oldest = time.time() - RESERVED_SECONDS
+        recent: set[int] = set()
+        with contextlib.suppress(OSError), os.scandir(self.folder) as entries:
+            for entry in entries:
+                if not entry.name.isdigit():
+                    continue
+                with contextlib.suppress(OSError):  # gone meanwhile: not reserved
+                    if entry.stat().st_mtime >= oldest:
+                        recent.add(int(entry.name))
+                    else:
+                        os.unlink(entry.path)
+        return recent
