@@ -67,6 +67,11 @@ def free_port(host: str = "127.0.0.1") -> int:
     return free_ports(1, host)[0]
 
 
+def reservations_folder() -> Path:
+    """Where this user's picks are written down (see :class:`_Reservations`)."""
+    return Path(tempfile.gettempdir()) / f"kfp-ddp-ports-{os.getuid()}"
+
+
 def _below_the_ephemeral_range() -> range:
     """The ports from :data:`LOWEST` up to the kernel's ephemeral range (empty if unknown)."""
     try:
@@ -96,23 +101,19 @@ def _kernels_pick(host: str) -> int:
 
 class _Reservations:
     """The ports picked in the last :data:`RESERVED_SECONDS` on this machine by this user: a
-    file per port, named by it, in :meth:`folder`, read and written under an exclusive lock on
-    the folder's lock file, so that two picks never run at once. Older files are removed when
-    read. Where the folder cannot be written (a read-only temporary directory) or another user
-    made it, there are no reservations and the picks are as free as the ports' binds say."""
+    file per port, named by it, in :func:`reservations_folder`, read and written under an
+    exclusive lock on the folder's lock file, so that two picks never run at once. Older files
+    are removed when read. Where the folder cannot be written (a read-only temporary directory)
+    or another user made it, there are none, and the picks are as free as the ports' binds say."""
 
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
-        self.ports = self._recent() if folder else set()
-
-    @staticmethod
-    def folder() -> Path:
-        return Path(tempfile.gettempdir()) / f"kfp-ddp-ports-{os.getuid()}"
+        self.ports = _recent_picks(folder) if folder else set()
 
     @classmethod
     @contextlib.contextmanager
     def held(cls) -> Iterator[_Reservations]:
-        folder = cls.folder()
+        folder = reservations_folder()
         try:
             folder.mkdir(mode=0o700, exist_ok=True)
             if folder.stat().st_uid != os.getuid():  # made by another user: not trusted
@@ -131,20 +132,25 @@ class _Reservations:
         return port in self.ports
 
     def add(self, ports: list[int]) -> None:
-        for port in ports if self.folder else ():
+        if self.folder is None:
+            return
+        for port in ports:
             with contextlib.suppress(OSError):  # a reservation fewer, as without the folder
                 (self.folder / str(port)).touch()
 
-    def _recent(self) -> set[int]:
-        oldest = time.time() - RESERVED_SECONDS
-        recent: set[int] = set()
-        with contextlib.suppress(OSError), os.scandir(self.folder) as entries:
-            for entry in entries:
-                if not entry.name.isdigit():
-                    continue
-                with contextlib.suppress(OSError):  # gone meanwhile: not reserved
-                    if entry.stat().st_mtime >= oldest:
-                        recent.add(int(entry.name))
-                    else:
-                        os.unlink(entry.path)
-        return recent
+
+def _recent_picks(folder: Path) -> set[int]:
+    """The ports written down in ``folder`` in the last :data:`RESERVED_SECONDS`; older ones are
+    removed."""
+    oldest = time.time() - RESERVED_SECONDS
+    recent: set[int] = set()
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):  # gone meanwhile: not reserved
+                if entry.stat().st_mtime >= oldest:
+                    recent.add(int(entry.name))
+                else:
+                    os.unlink(entry.path)
+    return recent

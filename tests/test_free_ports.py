@@ -45,7 +45,7 @@ def _picks(monkeypatch, *ports: int) -> None:
 def own_reservations(monkeypatch, tmp_path) -> Path:
     """A temporary directory of the test's own, so that its reservations are the test's alone."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    return tmp_path / f"kfp-ddp-ports-{os.getuid()}"
+    return module.reservations_folder()
 
 
 def test_the_ports_are_distinct_free_and_below_the_kernels_ephemeral_range():
