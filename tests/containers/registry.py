@@ -101,7 +101,7 @@ class LocalRegistry:
 
     def push_oci_layout(self, reference: str, name: str) -> str:
         """Copy an OCI layout (``oci:DIR:TAG``, e.g. from ``tests.containers.layouts``) to
-        ``name`` with skopeo: its compressed layers are uploaded as they are. Returns the image's
+        ``name`` with skopeo: its layers are uploaded as they are. Returns the image's
         full name."""
         return self._skopeo_push(reference, name)
 

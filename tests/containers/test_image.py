@@ -170,7 +170,7 @@ def test_the_cpu_image_pushed_to_a_registry_is_found_by_the_image_check_and_pull
 ):
     """What users do with a built image: push it, let `kfp-ddp upload|run|schedule` find it
     (the OCI distribution API), and pull it elsewhere. The push is skopeo's, from the image's
-    compressed copy made once per build (layouts.py). The pull here is skopeo's too: every blob
+    OCI layout made once per build (layouts.py). The pull here is skopeo's too: every blob
     downloaded and checked against its digest, and the image is the one built (its config, which
     holds the uncompressed layers' digests). Unpacking and running a pulled image is the real
     node's part: containerd pulls this image from the same registry and runs it in a pod
@@ -178,7 +178,7 @@ def test_the_cpu_image_pushed_to_a_registry_is_found_by_the_image_check_and_pull
     from pipelines.image_check import ImageMissing, check_images
 
     tag = cpu_image.rsplit(":", 1)[1]
-    layout = oci_layout(podman, cpu_image)  # compressed once per build, then reused
+    layout = oci_layout(podman, cpu_image)  # made once per build, then reused
     made = layout_path(layout).stat().st_mtime_ns
     assert oci_layout(podman, cpu_image) == layout
     assert layout_path(layout).stat().st_mtime_ns == made  # not made again
