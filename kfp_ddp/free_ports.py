@@ -113,20 +113,12 @@ class _Reservations:
     @classmethod
     @contextlib.contextmanager
     def held(cls) -> Iterator[_Reservations]:
-        folder = reservations_folder()
+        folder, lock = _locked_folder()
         try:
-            folder.mkdir(mode=0o700, exist_ok=True)
-            if folder.stat().st_uid != os.getuid():  # made by another user: not trusted
-                raise PermissionError(folder)
-            lock = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError:
-            yield cls(None)
-            return
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
             yield cls(folder)
         finally:
-            os.close(lock)  # releases the lock
+            if lock is not None:
+                os.close(lock)  # releases the lock
 
     def __contains__(self, port: int) -> bool:
         return port in self.ports
@@ -137,6 +129,21 @@ class _Reservations:
         for port in ports:
             with contextlib.suppress(OSError):  # a reservation fewer, as without the folder
                 (self.folder / str(port)).touch()
+
+
+def _locked_folder() -> tuple[Path | None, int | None]:
+    """:func:`reservations_folder` and its lock file's descriptor, locked; (None, None) where
+    there is no temporary directory, it cannot be written, or another user made the folder."""
+    try:
+        folder = reservations_folder()  # raises where no temporary directory is usable
+        folder.mkdir(mode=0o700, exist_ok=True)
+        if folder.stat().st_uid != os.getuid():  # made by another user: not trusted
+            return None, None
+        lock = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return None, None
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return folder, lock
 
 
 def _recent_picks(folder: Path) -> set[int]:

@@ -120,6 +120,15 @@ def test_without_a_writable_temporary_directory_the_picks_still_work(monkeypatch
     assert len(set(ports)) == 3 and all(_bindable(port) for port in ports)
 
 
+def test_without_any_temporary_directory_the_picks_still_work(monkeypatch):
+    def no_temporary_directory():
+        raise FileNotFoundError("No usable temporary directory found in ['/tmp', ...]")
+
+    monkeypatch.setattr(module.tempfile, "gettempdir", no_temporary_directory)
+    ports = free_ports(3)
+    assert len(set(ports)) == 3 and all(_bindable(port) for port in ports)
+
+
 def test_where_the_range_is_unknown_the_kernel_picks(monkeypatch, tmp_path):
     low, high = _ephemeral_range()
     monkeypatch.setattr(module, "EPHEMERAL_RANGE", Path(tmp_path / "absent"))
