@@ -12,7 +12,7 @@ loaded). Two things can take it in those seconds:
 * another pick, in this process or another (parallel test workers, two local runs): a picked
   port is free until its server binds it, so a second pick could land on it. So every pick is
   written down, under a lock, in a folder of this user's in the temporary directory, and a port
-  picked in the last :data:`RESERVED_SECONDS` is not picked again (see :class:`_Reservations`).
+  picked in the last :data:`RESERVED_SECONDS` is not picked again (see :func:`_reservations`).
 """
 
 from __future__ import annotations
@@ -43,22 +43,22 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """``count`` distinct TCP ports on ``host`` that were free a moment ago and that no other pick
     gave in the last :data:`RESERVED_SECONDS` (see the module). An address that is not this
     machine's raises :class:`OSError`."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))  # an address not of this machine raises here, not in a loop
+    _kernels_pick(host)  # an address not of this machine raises here, not in a loop
     candidates = _below_the_ephemeral_range()
-    with _Reservations.held() as reservations:
+    with _reservations() as taken:
         ports: list[int] = []
         for _ in range(count * TRIES_PER_PORT if candidates else 0):
             if len(ports) == count:
                 break
             port = random.choice(candidates)
-            if port not in ports and port not in reservations and _bindable(host, port):
+            if port not in taken and _bindable(host, port):
+                taken.add(port)
                 ports.append(port)
         while len(ports) < count:  # the kernel's pick
             port = _kernels_pick(host)
-            if port not in ports:
+            if port not in taken:
+                taken.add(port)
                 ports.append(port)
-        reservations.add(ports)
         return ports
 
 
@@ -68,7 +68,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def reservations_folder() -> Path:
-    """Where this user's picks are written down (see :class:`_Reservations`)."""
+    """Where this user's picks are written down (see :func:`_reservations`)."""
     return Path(tempfile.gettempdir()) / f"kfp-ddp-ports-{os.getuid()}"
 
 
@@ -99,36 +99,26 @@ def _kernels_pick(host: str) -> int:
         return sock.getsockname()[1]
 
 
-class _Reservations:
-    """The ports picked in the last :data:`RESERVED_SECONDS` on this machine by this user: a
-    file per port, named by it, in :func:`reservations_folder`, read and written under an
-    exclusive lock on the folder's lock file, so that two picks never run at once. Older files
-    are removed when read. Where the folder cannot be written (a read-only temporary directory)
-    or another user made it, there are none, and the picks are as free as the ports' binds say."""
-
-    def __init__(self, folder: Path | None) -> None:
-        self.folder = folder
-        self.ports = _recent_picks(folder) if folder else set()
-
-    @classmethod
-    @contextlib.contextmanager
-    def held(cls) -> Iterator[_Reservations]:
-        folder, lock = _locked_folder()
-        try:
-            yield cls(folder)
-        finally:
-            if lock is not None:
-                os.close(lock)  # releases the lock
-
-    def __contains__(self, port: int) -> bool:
-        return port in self.ports
-
-    def add(self, ports: list[int]) -> None:
-        if self.folder is None:
-            return
-        for port in ports:
+@contextlib.contextmanager
+def _reservations() -> Iterator[set[int]]:
+    """The ports picked on this machine by this user in the last :data:`RESERVED_SECONDS`, a
+    file per port in :func:`reservations_folder`, read under an exclusive lock on the folder so
+    that two picks never run at once; the ports the caller adds to the set are written down
+    before the lock is let go. Older files are removed when read. Where the folder cannot be
+    written (no temporary directory, a read-only one) or another user made it, the set starts
+    empty and nothing is written: the picks are as free as the ports' binds say."""
+    folder, lock = _locked_folder()
+    try:
+        taken = _recent_picks(folder) if folder else set()
+        before = set(taken)
+        yield taken
+        for port in taken - before:
             with contextlib.suppress(OSError):  # a reservation fewer, as without the folder
-                (self.folder / str(port)).touch()
+                if folder is not None:
+                    (folder / str(port)).touch()
+    finally:
+        if lock is not None:
+            os.close(lock)  # lets the lock go
 
 
 def _locked_folder() -> tuple[Path | None, int | None]:
