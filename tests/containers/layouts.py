@@ -3,10 +3,10 @@
 Pushing an image from podman's storage compresses its layers every time: ~38 s of CPU for the
 CPU image (1.5 GB) on 2 cores, paid by every test process that pushes it to its registry. An OCI
 layout (``skopeo copy containers-storage:IMAGE oci:DIR``) holds the layers, and a push from it
-uploads them as they are. :func:`oci_layout` makes one per image ID under
-``~/.cache/kfp-ddp/image/oci-layouts`` (``KFP_DDP_IMAGE_CACHE``, beside the CPU image's
-wheels): a rebuilt image gets a new layout and the old one of the same name is removed; test
-processes take turns on a lock per name, and a layout is renamed into place once complete.
+uploads them as they are (``LocalRegistry.push_oci_layout``). :func:`oci_layout` makes one per
+image ID under ``~/.cache/kfp-ddp/image/oci-layouts`` (``KFP_DDP_IMAGE_CACHE``, beside the CPU
+image's wheels): a rebuilt image gets a new layout and the old one of the same name is removed;
+test processes take turns on a lock per name, and a layout is renamed into place once complete.
 
 The layers are kept uncompressed (``--dest-oci-accept-uncompressed-layers``; an OCI media type
 that registries and containerd take), so that a layer is named by the digest podman's storage

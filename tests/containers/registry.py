@@ -101,21 +101,28 @@ class LocalRegistry:
 
     def push_oci_layout(self, reference: str, name: str) -> str:
         """Copy an OCI layout (``oci:DIR:TAG``, e.g. from ``tests.containers.layouts``) to
-        ``name`` with skopeo: its layers are uploaded as they are. Returns the image's
-        full name."""
-        return self._skopeo_push(reference, name)
+        ``name`` with skopeo: its layers are uploaded as they are, uncompressed ones included,
+        and the image keeps its digest. Returns the image's full name.
+
+        Without ``--preserve-digests`` skopeo gzips every uncompressed layer on its way to a
+        registry: measured here for the CPU image's layout (1.5 GB), 20.9 CPU-s of skopeo and
+        2 of the registry, against 5.3 and 5 as they are; the node's containerd then has no
+        layer to gunzip either."""
+        return self._skopeo_push(reference, name, "--preserve-digests")
 
     def pull_oci_layout(self, image: str, folder: Path) -> Path:
         """Pull ``image`` (a full name in this registry) into the OCI layout ``folder`` with
-        skopeo: every blob downloaded and checked against its digest, nothing unpacked."""
+        skopeo: every blob downloaded and checked against its digest, nothing unpacked, and
+        uncompressed layers kept so (skopeo would otherwise gzip them into the layout)."""
         command = [_skopeo(), "copy", "--quiet", "--src-tls-verify=false"]
+        command.append("--dest-oci-accept-uncompressed-layers")
         if self.username is not None:
             command += ["--src-creds", f"{self.username}:{self.password}"]
         run_image_copy([*command, f"docker://{image}", f"oci:{folder}:pulled"], os.environ)
         return folder
 
-    def _skopeo_push(self, source: str, name: str) -> str:
-        command = [_skopeo(), "copy", "--quiet", "--all", "--dest-tls-verify=false"]
+    def _skopeo_push(self, source: str, name: str, *options: str) -> str:
+        command = [_skopeo(), "copy", "--quiet", "--all", "--dest-tls-verify=false", *options]
         if self.username is not None:
             command += ["--dest-creds", f"{self.username}:{self.password}"]
         command += [source, f"docker://{self.image(name)}"]
