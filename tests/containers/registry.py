@@ -114,8 +114,13 @@ class LocalRegistry:
         """Pull ``image`` (a full name in this registry) into the OCI layout ``folder`` with
         skopeo: every blob downloaded and checked against its digest, nothing unpacked, and
         uncompressed layers kept so (skopeo would otherwise gzip them into the layout)."""
-        command = [_skopeo(), "copy", "--quiet", "--src-tls-verify=false"]
-        command.append("--dest-oci-accept-uncompressed-layers")
+        command = [
+            _skopeo(),
+            "copy",
+            "--quiet",
+            "--src-tls-verify=false",
+            "--dest-oci-accept-uncompressed-layers",
+        ]
         if self.username is not None:
             command += ["--src-creds", f"{self.username}:{self.password}"]
         run_image_copy([*command, f"docker://{image}", f"oci:{folder}:pulled"], os.environ)

@@ -193,6 +193,8 @@ def test_the_cpu_image_pushed_to_a_registry_is_found_by_the_image_check_and_pull
     assert manifest["config"]["digest"] == f"sha256:{built}"
     config = json.loads(_blob(pulled, manifest["config"]["digest"]))
     assert len(manifest["layers"]) == len(config["rootfs"]["diff_ids"]) > 1
+    # Pushed and pulled as built: each layer is the uncompressed one the config names.
+    assert [layer["digest"] for layer in manifest["layers"]] == config["rootfs"]["diff_ids"]
 
 
 def _blob(layout: Path, digest: str) -> bytes:
