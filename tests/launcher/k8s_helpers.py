@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -294,10 +295,17 @@ def kubeconfig_of(configuration, path: Path) -> Path:
     return path
 
 
-def play_rayjob_status(ns: Namespace, name: str, status: dict[str, Any]) -> Any:
+def play_rayjob_status(
+    ns: Namespace, name: str, status: dict[str, Any], *, after_watch: bool = False
+) -> Any:
     """Play KubeRay's verdict on RayJob ``name`` once it exists (in the background): what the
     operator writes when the Ray job ends, which it learns from the head's dashboard — a
-    dashboard no test Ray cluster serves where the kubelet is played. Returns the thread."""
+    dashboard no test Ray cluster serves where the kubelet is played. Returns the thread.
+
+    ``after_watch``: only once the launcher watches the namespace's RayJobs, as a Ray job that
+    runs for a while would see it. Written at once, the verdict can be in the RayJob the
+    launcher first reads, and the launcher then never watches (seen under load: the RBAC test
+    missed the watch it checks the Role for)."""
     import threading
     import time
 
@@ -306,6 +314,14 @@ def play_rayjob_status(ns: Namespace, name: str, status: dict[str, Any]) -> Any:
 
     def play() -> None:
         api = client.CustomObjectsApi(ns.admin())
+        audit = AuditTail(ns.cluster.plane.audit_log)
+        # Without a watch in a minute, the verdict all the same: the test then says what the
+        # launcher did not do, instead of waiting for its run's timeout.
+        deadline = time.monotonic() + 60
+        while after_watch and time.monotonic() < deadline:
+            if audit.seen(ns, "rayjobs", "watch"):
+                break
+            time.sleep(0.1)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -321,6 +337,35 @@ def play_rayjob_status(ns: Namespace, name: str, status: dict[str, Any]) -> Any:
     thread = threading.Thread(target=play, name=f"kuberay-{name}", daemon=True)
     thread.start()
     return thread
+
+
+class AuditTail:
+    """The requests of the launcher's ServiceAccount, read from the audit log as it grows (each
+    call reads only what was written since the last)."""
+
+    def __init__(self, log: Path):
+        self.log = log
+        self.offset = 0
+        self.requests: set[tuple[str, str]] = set()
+
+    def seen(self, ns: Namespace, resource: str, verb: str) -> bool:
+        """Whether the launcher's account asked for ``verb`` on ``resource`` in ``ns`` (a watch
+        counts from its start: the API server logs a ResponseStarted event for it)."""
+        user = f"system:serviceaccount:{ns.name}:{SERVICE_ACCOUNT}"
+        if self.log.is_file():
+            with self.log.open("rb") as handle:
+                handle.seek(self.offset)
+                text = handle.read()
+            whole = text[: text.rfind(b"\n") + 1]  # a line being written waits for the next call
+            self.offset += len(whole)
+            for line in whole.decode().splitlines():
+                if user not in line:
+                    continue
+                event = json.loads(line)
+                ref = event.get("objectRef") or {}
+                if ref.get("namespace") == ns.name and event["user"]["username"] == user:
+                    self.requests.add((ref.get("resource", ""), event["verb"]))
+        return (resource, verb) in self.requests
 
 
 def play_mpijob(ns: Namespace, spec: TrainSpec, exit_code: int) -> Any:

@@ -187,7 +187,7 @@ def test_the_backend_calls_exactly_what_rbac_grants(k8s):
     run(k8s, s, None, once_recreated(old, succeed(workers=1, lines=1)))
     # A RayJob: KubeRay's verdict played (its dashboard is not served here).
     done = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
-    play_rayjob_status(k8s, "ok-rayjob", done)
+    play_rayjob_status(k8s, "ok-rayjob", done, after_watch=True)  # the Role's watch, used
     run(k8s, spec(k8s, "rayjob", name="ok-rayjob"))
     failed = {
         "jobDeploymentStatus": "Failed",
