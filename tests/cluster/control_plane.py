@@ -259,8 +259,15 @@ class ControlPlane:
         """The API server's audit log: every request, by whom; creates with their bodies."""
         return self.folder / "audit.log"
 
-    def audit_events(self, *, user: str | None = None, namespace: str | None = None) -> list[dict]:
-        """The audit events (stage ResponseComplete) of ``user`` in ``namespace``."""
+    def audit_events(
+        self,
+        *,
+        user: str | None = None,
+        namespace: str | None = None,
+        stage: str = "ResponseComplete",
+    ) -> list[dict]:
+        """The audit events of ``user`` in ``namespace`` at ``stage`` (a watch's
+        ResponseComplete comes when it ends; its ResponseStarted, when it starts)."""
         events = []
         if not self.audit_log.is_file():
             return events
@@ -273,7 +280,7 @@ class ControlPlane:
                 event = json.loads(line)
             except ValueError:
                 continue  # the line the API server is writing now
-            if event.get("stage") != "ResponseComplete":
+            if event.get("stage") != stage:
                 continue
             if user is not None and event.get("user", {}).get("username") != user:
                 continue

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -164,10 +163,13 @@ def role_without(namespace: str, *denied: tuple[str, str]) -> list[dict[str, Any
     return [role, binding]
 
 
-def launcher_requests(ns: Namespace, account: str = SERVICE_ACCOUNT) -> list[dict[str, Any]]:
-    """What the launcher's ServiceAccount asked the API server, from its audit log."""
+def launcher_requests(
+    ns: Namespace, account: str = SERVICE_ACCOUNT, stage: str = "ResponseComplete"
+) -> list[dict[str, Any]]:
+    """What the launcher's ServiceAccount asked the API server, from its audit log (``stage``:
+    ResponseStarted for the watches open now)."""
     user = f"system:serviceaccount:{ns.name}:{account}"
-    return ns.cluster.plane.audit_events(user=user)
+    return ns.cluster.plane.audit_events(user=user, stage=stage)
 
 
 def _request(event: dict[str, Any]) -> tuple[str, str, str] | None:
@@ -179,9 +181,11 @@ def _request(event: dict[str, Any]) -> tuple[str, str, str] | None:
     return (ref.get("apiGroup", ""), resource, event["verb"])
 
 
-def calls(ns: Namespace, account: str = SERVICE_ACCOUNT) -> set[tuple[str, str, str]]:
+def calls(
+    ns: Namespace, account: str = SERVICE_ACCOUNT, stage: str = "ResponseComplete"
+) -> set[tuple[str, str, str]]:
     """(API group, resource[/subresource], verb) of every request the launcher made."""
-    return {r for r in map(_request, launcher_requests(ns, account)) if r is not None}
+    return {r for r in map(_request, launcher_requests(ns, account, stage)) if r is not None}
 
 
 def refused(ns: Namespace, account: str = SERVICE_ACCOUNT) -> set[tuple[str, str, str]]:
@@ -314,14 +318,13 @@ def play_rayjob_status(
 
     def play() -> None:
         api = client.CustomObjectsApi(ns.admin())
-        audit = AuditTail(ns.cluster.plane.audit_log)
         # Without a watch in a minute, the verdict all the same: the test then says what the
         # launcher did not do, instead of waiting for its run's timeout.
         deadline = time.monotonic() + 60
         while after_watch and time.monotonic() < deadline:
-            if audit.seen(ns, "rayjobs", "watch"):
+            if ("ray.io", "rayjobs", "watch") in calls(ns, stage="ResponseStarted"):
                 break
-            time.sleep(0.1)
+            time.sleep(0.2)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -337,35 +340,6 @@ def play_rayjob_status(
     thread = threading.Thread(target=play, name=f"kuberay-{name}", daemon=True)
     thread.start()
     return thread
-
-
-class AuditTail:
-    """The requests of the launcher's ServiceAccount, read from the audit log as it grows (each
-    call reads only what was written since the last)."""
-
-    def __init__(self, log: Path):
-        self.log = log
-        self.offset = 0
-        self.requests: set[tuple[str, str]] = set()
-
-    def seen(self, ns: Namespace, resource: str, verb: str) -> bool:
-        """Whether the launcher's account asked for ``verb`` on ``resource`` in ``ns`` (a watch
-        counts from its start: the API server logs a ResponseStarted event for it)."""
-        user = f"system:serviceaccount:{ns.name}:{SERVICE_ACCOUNT}"
-        if self.log.is_file():
-            with self.log.open("rb") as handle:
-                handle.seek(self.offset)
-                text = handle.read()
-            whole = text[: text.rfind(b"\n") + 1]  # a line being written waits for the next call
-            self.offset += len(whole)
-            for line in whole.decode().splitlines():
-                if user not in line:
-                    continue
-                event = json.loads(line)
-                ref = event.get("objectRef") or {}
-                if ref.get("namespace") == ns.name and event["user"]["username"] == user:
-                    self.requests.add((ref.get("resource", ""), event["verb"]))
-        return (resource, verb) in self.requests
 
 
 def play_mpijob(ns: Namespace, spec: TrainSpec, exit_code: int) -> Any:
