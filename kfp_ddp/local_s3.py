@@ -39,6 +39,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -99,6 +100,11 @@ OWNER_FILE = "owner.pid"
 """In each server's temp folder: the pid of the process that started it."""
 SERVER_FILE = "server.pid"
 """In each server's temp folder: the pid of its weed process."""
+PORTS_FILE = "ports.json"
+"""In each server's temp folder: its ports, which name the gRPC sockets weed makes in /tmp."""
+WEED_SOCKETS = Path("/tmp")
+"""Where weed makes its gRPC unix sockets (``seaweedfs-<part>-grpc-<port>.sock``) whatever
+TMPDIR says; a weed that is killed, or stopped by SIGTERM, leaves some of them there."""
 _ORPHAN_STOP_S = 10.0
 
 
@@ -116,6 +122,8 @@ def remove_abandoned_temp_dirs(root: Path | None = None) -> list[Path]:
         if _running(owner):
             continue
         _stop_orphan(folder)
+        with contextlib.suppress(OSError, ValueError):
+            _remove_weed_sockets(json.loads((folder / PORTS_FILE).read_text()).values())
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
@@ -139,6 +147,15 @@ def _stop_orphan(folder: Path) -> None:
             time.sleep(0.1)
         if not _running(pid):
             return
+
+
+def _remove_weed_sockets(ports: Iterable[int]) -> None:
+    """Remove the sockets weed made in /tmp for ``ports`` (a stopped server's: nobody else's)."""
+    for port in ports:
+        for sock_path in WEED_SOCKETS.glob(f"seaweedfs-*-grpc-{int(port)}.sock"):
+            if sock_path.is_socket():
+                with contextlib.suppress(OSError):
+                    sock_path.unlink()
 
 
 def _running(pid: int) -> bool:
@@ -298,6 +315,7 @@ class LocalS3Server:
             "-volume.preStopSeconds=0",
         ]
         cmd += [f"-{flag}={port}" for flag, port in self.ports.items()]
+        (self._tmp / PORTS_FILE).write_text(json.dumps(self.ports))
         self.endpoint_url = f"http://{self.host}:{self.ports['s3.port']}"
         self._log_file = open(self._tmp / "weed.log", "wb")  # noqa: SIM115 - closed in stop()
         self._proc = subprocess.Popen(
@@ -365,12 +383,7 @@ class LocalS3Server:
                 proc.wait(timeout=10)
         elif proc is not None:
             proc.wait()
-        # weed hard-codes /tmp for some gRPC unix sockets; remove the ones of our ports.
-        for port in self.ports.values():
-            for sock_path in Path("/tmp").glob(f"seaweedfs-*-grpc-{port}.sock"):
-                if sock_path.is_socket():
-                    with contextlib.suppress(OSError):
-                        sock_path.unlink()
+        _remove_weed_sockets(self.ports.values())
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

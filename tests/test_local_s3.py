@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -281,7 +282,8 @@ def test_storage_knobs_are_checked(knob, value):
 
 
 def test_a_killed_starters_temp_folder_is_removed_at_the_next_start(tmp_path):
-    """kill -9 of the demo left its server's folder in /tmp; the next start removes it."""
+    """kill -9 of the demo left its server's folder in /tmp, and the gRPC sockets weed makes in
+    /tmp whatever TMPDIR says; the next start removes them."""
     import sys
     import textwrap
 
@@ -313,7 +315,15 @@ def test_a_killed_starters_temp_folder_is_removed_at_the_next_start(tmp_path):
     unowned = tmp_path / "kfp-ddp-s3-unknown"
     unowned.mkdir()
     server = int((abandoned / "server.pid").read_text())
+    ports = json.loads((abandoned / "ports.json").read_text()).values()
+
+    def sockets() -> list[Path]:
+        return [s for p in ports for s in Path("/tmp").glob(f"seaweedfs-*-grpc-{p}.sock")]
+
+    # there while the server runs, and some stay after it ends on its starter's death
+    assert sockets(), "weed made none of its sockets in /tmp: nothing for the start to remove"
     assert remove_abandoned_temp_dirs(tmp_path) == [abandoned]
     assert not abandoned.exists() and mine.is_dir() and unowned.is_dir()
+    assert sockets() == []
     stat = Path(f"/proc/{server}/stat")  # the server died with its starter, or was stopped
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
