@@ -659,7 +659,9 @@ class ControlPlane:
         from kubernetes.client.rest import ApiException
         from kubernetes.dynamic import DynamicClient
 
-        client = DynamicClient(self.admin_client())
+        # its discovery cache in the plane's folder (the default is a file in /tmp per URL,
+        # which outlives the plane and would describe another plane on the same port later)
+        client = DynamicClient(self.admin_client(), cache_file=str(self.folder / "discovery.json"))
         for document in documents:
             resource = client.resources.get(
                 api_version=document["apiVersion"], kind=document["kind"]
