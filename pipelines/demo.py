@@ -43,6 +43,8 @@ DEMO_BUCKET = "kfp-ddp-demo"
 DATA_PREFIX = "datasets/digits"
 MODELS_PREFIX = "models"
 DEMO_CHECKPOINT_EVERY_STEPS = 20
+DEMO_IMAGE_SIZE = 32
+"""The side of the demo's PNGs (the 8 px digits scaled up) and of the images it trains on."""
 """The demo's checkpoint interval: a killed demo resumes from at most 20 steps back."""
 STORAGE_NOTES = {
     "object-store": (
@@ -136,6 +138,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", default="resnet18", help="torchvision model (resnet18)")
     parser.add_argument("--batch-size", type=int, default=64, help="per process (default 64)")
     parser.add_argument("--lr", type=float, default=0.1, help="base LR per 256 images (0.1)")
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=DEMO_IMAGE_SIZE,
+        help=f"training images' side in px (default {DEMO_IMAGE_SIZE}, the PNGs' own; some "
+        "models need more: the ViTs take 224 only)",
+    )
     parser.add_argument("--threshold", type=float, default=0.95, help="publish gate (0.95)")
     parser.add_argument(
         "--fresh",
@@ -170,7 +179,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     _check_arguments(args, output)
     output.prepare(fresh=args.fresh)
     dataset = output / "dataset"
-    counts = write_digits_image_folder(dataset)
+    counts = write_digits_image_folder(dataset, image_size=DEMO_IMAGE_SIZE)
     print(f"data set: {counts['train']} train / {counts['val']} val digits under {dataset}")
     print(f"storage: {args.storage}" + STORAGE_NOTES[args.storage])
 
@@ -253,7 +262,7 @@ def _pipeline_arguments(
         "epochs": args.epochs,
         "batch_size": args.batch_size,
         "lr": args.lr,
-        "image_size": 32,
+        "image_size": args.image_size,
         # a killed demo resumes: its ~90 steps would never reach the default 200
         "checkpoint_every_steps": DEMO_CHECKPOINT_EVERY_STEPS,
         # Digits must not be mirrored (the default, auto, finds so too), nor shifted at 32 px,

@@ -138,3 +138,13 @@ def test_a_bad_argument_is_refused_before_anything_is_written_or_started(tmp_pat
     assert said.err.startswith("demo: error: bad argument(s):\nmodel='no_such_model': ")
     assert "resnet18" in said.err  # the models it takes
     assert "local S3 server" not in said.out and not output.exists()
+
+
+def test_the_image_size_is_the_users_and_checked_with_the_other_arguments(tmp_path, capsys):
+    """``--image-size`` (which the check step names as the fix for a model that cannot take 32
+    px, such as a ViT) reaches the pipeline's arguments and their check."""
+    output = tmp_path / "out"
+    assert demo_main(["--output", str(output), "--image-size", "0"]) == EXIT_REFUSED
+    said = capsys.readouterr()
+    assert said.err.startswith("demo: error: bad argument(s):\nimage_size=0: "), said.err
+    assert "local S3 server" not in said.out and not output.exists()
