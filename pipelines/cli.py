@@ -23,6 +23,7 @@ from components import DEFAULT_IMAGE
 from components.launcher.spec import SpecError
 from components.launcher.step import TrainingStepInputs, training_spec
 from pipelines.cli_arguments import checked_arguments, parse_parameters, pipeline_inputs
+from pipelines.dataset import DatasetLayoutError, folder_layout
 from pipelines.image_check import SKIP_IMAGE_CHECK_FLAG, check_images, release_image_note
 from pipelines.kfp_api import (
     MIN_KFP_BACKEND,
@@ -209,6 +210,15 @@ def compile_components_command(image: str, output: Path) -> None:
         click.secho(f"WARNING: {release_image_note()}", err=True, fg="yellow")
 
 
+def _check_data_folder(folder: Path) -> None:
+    """Refuse a ``--data`` folder that is no ImageFolder of two classes or more, with the data
+    step's own rules (``pipelines.dataset``), before a server starts or a file is uploaded."""
+    try:
+        folder_layout(folder).check(str(folder))
+    except DatasetLayoutError as exc:
+        raise click.BadParameter(f"{folder}: {exc.fix}", param_hint="'--data'") from None
+
+
 @main.command("run-local")
 @click.option(
     "--workspace",
@@ -278,6 +288,8 @@ def run_local_command(
     checked_arguments(
         arguments, backend="local", workspace_path=str(workspace.resolve()), storage=storage
     )
+    if data_folder is not None:
+        _check_data_folder(data_folder)
     serving = (
         served_folder(data_folder, workspace.resolve() / "s3-data")
         if data_folder is not None

@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from pipelines.cli import kfp_cron, main, parse_parameters
 from tests import yaml_fast
+from tests.image_data import write_image_folder
 
 INPUTS = {
     "epochs": {"parameterType": "NUMBER_INTEGER", "defaultValue": 10.0, "isOptional": True},
@@ -245,3 +246,29 @@ def test_help_lists_every_command() -> None:
     assert result.exit_code == 0
     for command in ("compile", "run-local", "upload", "run", "schedule", "render"):
         assert command in result.output
+
+
+@pytest.mark.parametrize(
+    ("classes", "needle"),
+    [
+        ((), "has no train/ folder (it has nothing): the pipeline needs {folder}/train/<class>/*"),
+        (("cat",), "train/ has 1 class ['cat']"),
+    ],
+    ids=["empty", "one-class"],
+)
+def test_a_data_folder_the_data_step_would_refuse_is_refused_first(tmp_path, classes, needle):
+    """With the data step's own rules, naming --data and the folder, before a server starts or
+    anything is written."""
+    folder = tmp_path / "photos"
+    if classes:
+        write_image_folder(folder, classes=classes, per_class=2, val_per_class=1)
+    else:
+        folder.mkdir()
+    workspace = tmp_path / "ws"
+    result = CliRunner().invoke(
+        main, ["run-local", "--workspace", str(workspace), "--data", str(folder), *REQUIRED[2:]]
+    )
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--data': {folder}: " in result.output, result.output
+    assert needle.format(folder=folder) in result.output, result.output
+    assert not workspace.exists()
