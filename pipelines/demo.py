@@ -43,9 +43,10 @@ DEMO_BUCKET = "kfp-ddp-demo"
 DATA_PREFIX = "datasets/digits"
 MODELS_PREFIX = "models"
 DEMO_CHECKPOINT_EVERY_STEPS = 20
-DEMO_IMAGE_SIZE = 32
-"""The side of the demo's PNGs (the 8 px digits scaled up) and of the images it trains on."""
 """The demo's checkpoint interval: a killed demo resumes from at most 20 steps back."""
+DEMO_IMAGE_SIZE = 32
+"""The side of the demo's PNGs (the 8 px digits scaled up): what it trains on unless
+``--image-size`` says otherwise."""
 STORAGE_NOTES = {
     "object-store": (
         " (no shared volume, as on any cluster: each node stages the data onto its own disk, "
