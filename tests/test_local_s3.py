@@ -23,6 +23,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from kfp_ddp.local_s3 import (
+    WEED_SOCKETS,
     LocalS3Server,
     LocalS3StorageError,
     find_weed_binary,
@@ -318,7 +319,7 @@ def test_a_killed_starters_temp_folder_is_removed_at_the_next_start(tmp_path):
     ports = json.loads((abandoned / "ports.json").read_text()).values()
 
     def sockets() -> list[Path]:
-        return [s for p in ports for s in Path("/tmp").glob(f"seaweedfs-*-grpc-{p}.sock")]
+        return [s for p in ports for s in WEED_SOCKETS.glob(f"seaweedfs-*-grpc-{p}.sock")]
 
     # there while the server runs, and some stay after it ends on its starter's death
     assert sockets(), "weed made none of its sockets in /tmp: nothing for the start to remove"
