@@ -296,7 +296,11 @@ class Layout:
     """Files under train/ and val/ that the training skips (``unused_files``)."""
 
     def notes(self) -> list[str]:
-        """What the data step says besides the counts: the files it will skip, named."""
+        """What the data step says besides the counts: the files it will skip, and the training
+        classes that val/ has no images of, named."""
+        return self._unused_note() + self._unscored_note()
+
+    def _unused_note(self) -> list[str]:
         if not self.unused:
             return []
         shown = ", ".join(self.unused[:UNUSED_SHOWN])
@@ -308,6 +312,22 @@ class Layout:
         return [
             f"{len(self.unused)} file(s) are not images in a class folder and will be skipped: "
             f"{shown}{more} (images are {', '.join(IMAGE_SUFFIXES)} in <split>/<class>/)"
+        ]
+
+    def _unscored_note(self) -> list[str]:
+        """Training classes without a val/ folder: the validation and the evaluation gate score
+        the model on the other classes (these have support 0), which the user should know
+        before the training rather than read in the report after it."""
+        train, val = self.splits.get("train", {}), self.splits.get("val", {})
+        unscored = [name for name in train if name not in val]
+        if not unscored or not val:
+            return []
+        shown = ", ".join(repr(name) for name in unscored[:CLASSES_SHOWN])
+        more = f" and {len(unscored) - CLASSES_SHOWN} more" if len(unscored) > CLASSES_SHOWN else ""
+        return [
+            f"val/ has no images of {len(unscored)} of the {len(train)} training classes "
+            f"({shown}{more}): the validation and the evaluation gate score the model on the "
+            "others; add val/<class>/ images to score those too"
         ]
 
     def check(self, data_uri: str) -> int:

@@ -182,25 +182,26 @@ def _resolve_device(name: str) -> torch.device:
 
 
 def _check_classes(model_classes: Sequence[str], found: Sequence[str], split_dir: Path) -> None:
-    if list(model_classes) == list(found):
+    """Refuse class folders the model does not know. A class of the model's may have no folder
+    (a split without images of a rare class): it is scored with support 0, as the trainer's own
+    validation scores it, and the data step names it before training."""
+    unexpected = sorted(set(found) - set(model_classes))
+    if not unexpected:
         return
     missing = sorted(set(model_classes) - set(found))
-    unexpected = sorted(set(found) - set(model_classes))
-    if not missing and not unexpected:
-        return  # same names, different order: targets are mapped by name
-    details = "; ".join(
-        part
-        for part in (
-            f"missing folders for {missing}" if missing else "",
-            f"folders the model does not know: {unexpected}" if unexpected else "",
-        )
-        if part
-    )
+    renamed = f"; and no folder for {missing}" if missing else ""
     raise EvaluationError(
-        f"class folders under {split_dir} do not match the model's class_names ({details}); "
-        f"the model was trained on {list(model_classes)}: evaluate it on data with exactly "
-        "those class sub-folders"
+        f"class folders under {split_dir} that are not among the model's class_names: "
+        f"{unexpected}{renamed}; the model was trained on {list(model_classes)}: evaluate it on "
+        "data whose class sub-folders are among those"
     )
+
+
+def classes_without_images(result: EvalResult) -> list[str]:
+    """The model's classes that the scored split had no images of (support 0)."""
+    return [
+        name for name, count in zip(result.class_names, result.support, strict=True) if not count
+    ]
 
 
 def evaluate(
@@ -441,7 +442,10 @@ def _local_data(data_dir: str, endpoint_url: str | None):
             progress=False,
         )
         print(f"evaluation data: {report.summary()}")
-        yield tmp
+        try:
+            yield tmp
+        except EvaluationError as err:  # named by the URI the user set, not our temp folder
+            raise EvaluationError(str(err).replace(tmp, str(data_dir).rstrip("/"))) from None
 
 
 def _fill_artifacts(result: Any, metrics: Any, confusion: Any, report: Any) -> bool:
@@ -454,6 +458,12 @@ def _fill_artifacts(result: Any, metrics: Any, confusion: Any, report: Any) -> b
         write_metadata_file(artifact)
     report.metadata.update({"passed": result.passed, "reason": result.reason})
     report.metadata["eval"] = result.to_dict()
+    unscored = classes_without_images(result)
+    if unscored:
+        print(
+            f"evaluation: {result.split}/ has no images of {unscored}: the accuracy is over the "
+            "other classes (these have support 0)"
+        )
     print(f"evaluation {'PASSED' if result.passed else 'FAILED'}: {result.reason}")
     return result.passed
 

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from components.evaluate import EvalResult, render_report, write_report
+import pytest
+
+from components.evaluate import EvalResult, EvaluationError, render_report, write_report
 from components.evaluate.evaluate import evaluate_into_artifacts
 from components.evaluate.report import read_training_curves
+from components.s3_sync import sync
 
 IMG = re.compile(r"<img alt=['\"]([^'\"]+)['\"] src=['\"]data:image/png;base64,([A-Za-z0-9+/=]+)")
 
@@ -171,3 +174,25 @@ def test_report_names_the_tensorboard_folder():
     assert f"<code>{location}</code>" in html
     assert f"<code>tensorboard --logdir {location}</code>" in html
     assert "TensorBoard" not in render_report(small_result())  # no location: no section
+
+
+def test_data_in_s3_with_a_class_the_model_lacks_is_named_by_its_uri(
+    s3_env, tmp_path, colour_model, colour_data
+):
+    """The step downloads val/ into a temporary folder; its errors name the URI the user set."""
+    from kfp.dsl import HTML, ClassificationMetrics, Metrics
+
+    bucket = s3_env.create_bucket("eval-data")
+    uri = f"s3://{bucket}/colours"
+    sync(str(colour_data), uri)
+    image = next((colour_data / "val" / "a").iterdir())
+    s3_env.client().upload_file(str(image), bucket, "colours/val/zebra/1.png")
+    artifacts = {"metrics": Metrics(), "confusion": ClassificationMetrics(), "report": HTML()}
+    for name, artifact in artifacts.items():
+        artifact.uri = str(tmp_path / name)
+    with pytest.raises(EvaluationError) as err:
+        evaluate_into_artifacts(
+            str(colour_model), uri, threshold=0.0, baseline_uri="", tolerance=0.01, **artifacts
+        )
+    assert f"class folders under {uri}/val that are not among" in str(err.value)
+    assert "kfp-ddp-eval-" not in str(err.value)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from components.evaluate import EvalResult, EvaluationError, ScoreAccumulator, evaluate
+from components.evaluate.evaluate import classes_without_images
 from tests.evaluate.colour_model import CLASSES, hand_logits, write_colour_model
 from tests.evaluate.conftest import LAYOUT
 
@@ -94,10 +95,27 @@ def test_class_mismatch_is_a_clear_error(tmp_path, colour_model, colour_data):
     with pytest.raises(EvaluationError) as err:
         evaluate(colour_model, data, device="cpu")
     message = str(err.value)
-    assert "do not match the model's class_names" in message
-    assert "missing folders for ['f']" in message
-    assert "folders the model does not know: ['zebra']" in message
+    assert "that are not among the model's class_names: ['zebra']" in message
+    assert "and no folder for ['f']" in message
     assert str(data / "val") in message
+
+
+def test_a_class_without_images_is_scored_with_support_0(tmp_path, colour_model, colour_data):
+    """A split without a rare class's folder, as the trainer's validation and the data step
+    allow: the model is scored on the other images, by name (no class shifts into a's place)."""
+    data = tmp_path / "data"
+    shutil.copytree(colour_data, data)
+    shutil.rmtree(data / "val" / "a")  # its 3 images, 2 of them predicted right
+
+    result = evaluate(colour_model, data, device="cpu")
+    assert result.class_names == list(CLASSES)
+    assert result.num_samples == 7
+    assert result.confusion == [[0] * 6, *CONFUSION[1:]]
+    assert result.accuracy == 2 / 7  # b: 1 of 2, c: 1 of 2
+    assert result.support == [0, *SUPPORT[1:]]
+    assert result.recall[0] == 0.0 and result.precision[0] == 0.0  # c and d predicted a
+    assert classes_without_images(result) == ["a"]
+    assert classes_without_images(evaluate(colour_model, colour_data, device="cpu")) == []
 
 
 def test_missing_split_and_model_files_name_the_fix(tmp_path, colour_model, colour_data):

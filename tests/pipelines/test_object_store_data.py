@@ -60,6 +60,20 @@ def test_empty_class_folders_and_foreign_val_classes_are_named():
         nothing.check("s3://b/d")
 
 
+def test_training_classes_without_val_images_are_named_before_the_training():
+    """Allowed (the validation and the evaluation score the other classes, by name), but said
+    in the data step's report; a listing and a folder say the same."""
+    keys = ["train/ant/1.png", "train/bee/2.png", "train/cat/3.png", "val/bee/4.png"]
+    layout = listing_layout(keys)
+    assert layout.check("s3://b/d") == 3
+    (note,) = layout.notes()
+    assert note.startswith(
+        "val/ has no images of 2 of the 3 training classes ('ant', 'cat'): the validation and "
+        "the evaluation gate score the model on the others"
+    )
+    assert listing_layout([*keys, "val/ant/5.png", "val/cat/6.png"]).notes() == []
+
+
 # -- against the test S3 server -------------------------------------------------------------------
 
 
