@@ -134,7 +134,8 @@ def bad_images_error(bad: list[BadImage], total: int) -> DataError:
     return DataError(
         f"{len(bad)} of {total} images cannot be read (keys under the data folder, the same "
         "under data_uri):\n" + "\n".join(lines) + "\nfix or delete these files in the data set "
-        "(or pass --skip-bad-images to train without them, counted in summary.json)"
+        "(or pass --skip-bad-images, in the pipeline skip_bad_images=true, to train without "
+        "them, counted in summary.json)"
     )
 
 

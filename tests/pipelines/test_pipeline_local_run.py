@@ -158,6 +158,7 @@ def test_run_local_on_a_folder_of_ones_own_finds_every_bad_image_before_training
     assert "2 of 23 images cannot be read" in result.output, result.output
     assert "train/café/empty.jpg (class café)" in result.output
     assert "train/red circle/cut.png (class red circle)" in result.output
+    assert "in the pipeline skip_bad_images=true" in result.output  # the fix, as a parameter
     assert "3 file(s) are not images in a class folder and will be skipped" in result.output
     assert not list(workspace.rglob("checkpoints/step-*"))  # not one step trained
 

@@ -50,7 +50,7 @@ def test_every_unreadable_file_is_named_in_one_error_before_step_1(tmp_path, cap
     assert "2 of 19 images cannot be read" in err
     assert "train/café/empty.jpg (class café)" in err
     assert "train/red circle/cut.png (class red circle)" in err
-    assert "--skip-bad-images" in err
+    assert "--skip-bad-images, in the pipeline skip_bad_images=true," in err
     assert not (out / "summary.json").exists()
     assert not list(out.glob("checkpoints/step-*"))  # nothing trained
 
