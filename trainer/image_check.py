@@ -126,14 +126,20 @@ def gathered(bad: list[BadImage], group) -> list[BadImage]:
     return sorted((b for part in everyone for b in part or ()), key=lambda b: b.key)
 
 
-def bad_images_error(bad: list[BadImage], total: int) -> DataError:
-    """One error naming the bad files (the first ``SHOWN``) and counting all of them."""
+def listed(bad: list[BadImage]) -> str:
+    """The bad files one a line, key, class and problem (the first ``SHOWN``), then how many
+    more."""
     lines = [f"  {b.key} (class {b.class_name}): {b.problem}" for b in bad[:SHOWN]]
     if len(bad) > SHOWN:
         lines.append(f"  ... and {len(bad) - SHOWN} more")
+    return "\n".join(lines)
+
+
+def bad_images_error(bad: list[BadImage], total: int) -> DataError:
+    """One error naming the bad files (the first ``SHOWN``) and counting all of them."""
     return DataError(
         f"{len(bad)} of {total} images cannot be read (keys under the data folder, the same "
-        "under data_uri):\n" + "\n".join(lines) + "\nfix or delete these files in the data set "
+        f"under data_uri):\n{listed(bad)}\nfix or delete these files in the data set "
         "(or pass --skip-bad-images, in the pipeline skip_bad_images=true, to train without "
         "them, counted in summary.json)"
     )

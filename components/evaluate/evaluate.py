@@ -15,7 +15,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -121,6 +121,8 @@ class EvalResult:
     """Where it was scored."""
     seconds: float = 0.0
     """Wall time of scoring."""
+    skipped_images: list[str] = field(default_factory=list)
+    """Keys of the unreadable images left out, as the training left them out (``readable``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types; per-class numbers keyed by class name."""
@@ -139,6 +141,7 @@ class EvalResult:
             "arch": self.arch,
             "device": self.device,
             "seconds": self.seconds,
+            "skipped_images": list(self.skipped_images),
             "class_names": list(self.class_names),
             "per_class": {
                 name: {"precision": p, "recall": r, "support": s}
@@ -253,7 +256,8 @@ def evaluate(
     # pipeline's argument check (a small pod) and the compiler import this module without them.
     import torch
 
-    from trainer.data import eval_transform, list_images, load_image
+    from components.evaluate.readable import readable_split
+    from trainer.data import eval_transform, load_image
     from trainer.export import load_model
 
     model_dir, data_dir = Path(model_dir), Path(data_dir)
@@ -278,7 +282,8 @@ def evaluate(
             f"num_classes={model_config.get('num_classes')!r} names; re-export the model"
         )
     class_names = [str(name) for name in class_names]
-    samples, found_classes = list_images(split_dir)
+    readable = readable_split(split_dir, model_dir)
+    samples, found_classes = readable.listing.items(), list(readable.listing.class_names)
     _check_classes(class_names, found_classes, split_dir)
     index_of = {name: i for i, name in enumerate(class_names)}
     samples = [(path, index_of[found_classes[target]]) for path, target in samples]
@@ -328,6 +333,7 @@ def evaluate(
         arch=str(model_config.get("arch", "")),
         device=str(torch_device),
         seconds=seconds,
+        skipped_images=readable.left_out,
     )
 
 
@@ -444,7 +450,9 @@ def _local_data(data_dir: str, endpoint_url: str | None):
         print(f"evaluation data: {report.summary()}")
         try:
             yield tmp
-        except EvaluationError as err:  # named by the URI the user set, not our temp folder
+        except Exception as err:  # a file named by the URI the user set, not our temp folder
+            if tmp not in str(err):
+                raise
             raise EvaluationError(str(err).replace(tmp, str(data_dir).rstrip("/"))) from None
 
 
@@ -458,6 +466,12 @@ def _fill_artifacts(result: Any, metrics: Any, confusion: Any, report: Any) -> b
         write_metadata_file(artifact)
     report.metadata.update({"passed": result.passed, "reason": result.reason})
     report.metadata["eval"] = result.to_dict()
+    if result.skipped_images:
+        print(
+            f"evaluation: {len(result.skipped_images)} unreadable image(s) left out, as the "
+            "training left them out (skip_bad_images; the training's log and summary.json, and "
+            "the report's eval metadata, name them)"
+        )
     unscored = classes_without_images(result)
     if unscored:
         print(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 
@@ -194,3 +195,43 @@ def test_result_needs_no_torch_to_serialise(colour_model, colour_data):
 
     result = evaluate(colour_model, colour_data, device="cpu")
     assert json.loads(json.dumps(result.to_dict())) == result.to_dict()
+
+
+def _with_bad_images(colour_data, tmp_path, *keys: str):
+    data = tmp_path / "data"
+    shutil.copytree(colour_data, data)
+    for key in keys:
+        (data / key).write_bytes(b"<html>404</html>")  # what a scraper saves as an image
+    return data
+
+
+def _trained_leaving_out(tmp_path, *keys: str):
+    model = write_colour_model(tmp_path / "model")
+    summary = {"skipped_images": {"count": len(keys), "keys": list(keys)}}
+    (model / "summary.json").write_text(json.dumps(summary))
+    return model
+
+
+def test_unreadable_images_fail_before_scoring_all_named(tmp_path, colour_model, colour_data):
+    data = _with_bad_images(colour_data, tmp_path, "val/a/x.png", "val/f/y.jpg")
+    with pytest.raises(EvaluationError) as err:
+        evaluate(colour_model, data, device="cpu")
+    message = str(err.value)
+    assert message.startswith("2 of 12 images to score cannot be read"), message
+    assert "val/a/x.png (class a)" in message and "val/f/y.jpg (class f)" in message
+
+
+def test_the_images_the_training_left_out_are_left_out(tmp_path, colour_data):
+    """skip_bad_images=true: the trainer left them out of its validation (its summary.json
+    names them); the evaluation scores the same images, where it failed on the first one."""
+    data = _with_bad_images(colour_data, tmp_path, "val/a/x.png", "val/f/y.jpg")
+    model = _trained_leaving_out(tmp_path, "train/a/z.png", "val/a/x.png", "val/f/y.jpg")
+    result = evaluate(model, data, device="cpu")
+    assert result.skipped_images == ["val/a/x.png", "val/f/y.jpg"]
+    assert result.num_samples == 10 and result.confusion == CONFUSION  # the others, as before
+    assert result.to_dict()["skipped_images"] == ["val/a/x.png", "val/f/y.jpg"]
+    # One more the training read fine: the data changed since, which is not the model's choice.
+    again = _with_bad_images(data, tmp_path / "again", "val/b/w.png")
+    with pytest.raises(EvaluationError, match=r"1 of 13 images to score cannot be read") as err:
+        evaluate(model, again, device="cpu")
+    assert "val/b/w.png (class b)" in str(err.value) and "x.png" not in str(err.value)
