@@ -6,7 +6,7 @@
 
 One JSON line per picture: ``{"image": "photo.jpg", "top": [["cat", 0.91], ["dog", 0.07], ...]}``
 (classes with their probabilities, the likeliest first). Exit 2 when the folder is no model
-folder of the pipeline's or a picture cannot be read, naming it.
+folder of the pipeline's, or when a picture cannot be read (named; the others are classified).
 
 The model folder is the training's ``model/``: ``weights.pt`` (a plain state_dict of the
 torchvision model ``arch``) and ``model.json`` (``arch``, ``class_names``, ``image_size``, and the
@@ -108,12 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     prepare, names = preprocessing(info), info["class_names"]
     top = max(1, min(args.top, len(names)))
+    unreadable = 0
     for path in args.images:
         try:
             batch = prepare(rgb(path)).unsqueeze(0)
         except (OSError, UnidentifiedImageError, ValueError) as err:
             print(f"predict.py: cannot read {path}: {err}", file=sys.stderr)
-            return 2
+            unreadable += 1
+            continue
         with torch.inference_mode():
             probabilities = model(batch).softmax(dim=1)[0]
         values, indices = probabilities.topk(top)
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             [names[i], round(v, 6)] for v, i in zip(values.tolist(), indices.tolist(), strict=True)
         ]
         print(json.dumps({"image": str(path), "top": ranked}), flush=True)
-    return 0
+    return 2 if unreadable else 0
 
 
 if __name__ == "__main__":

@@ -93,8 +93,11 @@ def _reference(model_dir: Path, pictures: list[Path]) -> list[list[float]]:
 
 def test_the_example_gives_the_evaluations_probabilities(model_dir, tmp_path):
     pictures = _pictures(tmp_path / "pictures")
-    done = _predict(model_dir, *pictures, "--top", 4)
-    assert done.returncode == 0, done.stderr
+    page = tmp_path / "page.jpg"
+    page.write_text("<html>404</html>")  # what a scraper saves as a picture
+    done = _predict(model_dir, pictures[0], page, *pictures[1:], "--top", 4)
+    assert done.returncode == 2, done.stderr  # one unreadable, named; the others classified
+    assert f"cannot read {page}" in done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert [line["image"] for line in lines] == [str(p) for p in pictures]
     for line, expected in zip(lines, _reference(model_dir, pictures), strict=True):
@@ -104,13 +107,9 @@ def test_the_example_gives_the_evaluations_probabilities(model_dir, tmp_path):
         assert [p for _, p in line["top"]] == sorted(got.values(), reverse=True)
 
 
-def test_no_model_folder_or_an_unreadable_picture_is_exit_2_naming_it(model_dir, tmp_path):
+def test_a_folder_that_is_no_model_is_exit_2_naming_it(tmp_path):
     not_a_model = tmp_path / "downloads"
     not_a_model.mkdir()
     done = _predict(not_a_model, "x.jpg")
     assert done.returncode == 2
     assert f"{not_a_model} has no model.json and weights.pt" in done.stderr
-    page = tmp_path / "page.jpg"
-    page.write_text("<html>404</html>")
-    done = _predict(model_dir, page)
-    assert done.returncode == 2 and f"cannot read {page}" in done.stderr
