@@ -43,7 +43,10 @@ CACHE_HIT = re.compile(r"Task (\S+) cache hit")
 CAUSES = (
     re.compile(r"bad argument: (.+)"),
     re.compile(r"\[trainer\] error: (.+)"),
-    re.compile(r"^\s*(?:\[[\w-]+\] )?((?:[\w.]+\.)?\w+(?:Error|Exception|Exit)\w*: .+)$"),
+    # torchrun prefixes each line of a process's traceback with its rank ("[rank0]: ")
+    re.compile(
+        r"^\s*(?:\[[\w-]+\] )?(?:\[rank\d+\]: )?((?:[\w.]+\.)?\w+(?:Error|Exception|Exit)\w*: .+)$"
+    ),
 )
 PROGRESS = re.compile(
     r"\[trainer\] (step \d+/\d+|done:|resuming|already complete|stopped|weights from|augment auto)"

@@ -50,3 +50,21 @@ def test_a_one_line_error_stays_one_line():
     assert console.failure() == (
         "step 'train' failed: --batch-size 64 is larger than this rank's share"
     )
+
+
+def test_an_exception_in_a_ranks_traceback_is_the_cause():
+    """torchrun prefixes a process's traceback with its rank: an uncaught exception (no
+    '[trainer] error') is still the cause shown, not a bare 'failed'."""
+    console, _ = _console(
+        [
+            "Executing task 'training-job-component'",
+            "    [node-0] [rank0]: Traceback (most recent call last):",
+            '    [node-0] [rank0]:   File "/app/trainer/loop.py", line 1, in step',
+            "    [node-0] [rank0]: ValueError: Expected more than 1 value per channel",
+            "    [node-0] E1201 05:38:13.299000 8007 api.py:1002] failed (exitcode: 1)",
+            "Task 'training-job-component' finished with status FAILURE",
+        ]
+    )
+    assert console.failure() == (
+        "step 'train' failed: ValueError: Expected more than 1 value per channel"
+    )
