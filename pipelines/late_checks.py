@@ -15,9 +15,10 @@ beyond each argument's own value. Each names the parameter the user set, its val
   seconds rather than after the training.
 - ``model_input_problems(arguments)`` (``check_model_input`` raises them), the check step and
   the CLI before it submits (torch and torchvision: seconds, so not in ``check_arguments``):
-  whether the model takes the training images' size
+  whether the model takes the training images' size, and a batch of ``batch_size`` of them
   (``trainer.model_shapes``, on the meta device), which failed in the first training step once
-  every node had started (inception_v3 needs 75 px or more, the ViTs exactly 224).
+  every node had started (inception_v3 needs 75 px or more, the ViTs exactly 224; BatchNorm
+  refuses a batch of one image at small sizes).
 """
 
 from __future__ import annotations
@@ -125,19 +126,23 @@ def check_baseline(arguments: Mapping[str, Any]) -> None:
 
 
 def model_input_problems(arguments: Mapping[str, Any]) -> list[ParameterError]:
-    """Whether the trainer's model takes its images' size (both pipeline parameters, which
-    ``trainer_args`` cannot set); nothing to check for a command of one's own."""
+    """Whether the trainer's model takes its images' size, and batches of ``batch_size`` of them
+    (pipeline parameters, which ``trainer_args`` cannot set); nothing to check for a command of
+    one's own."""
     # Here, not at the top: torch and torchvision (seconds), which the other checks do not need.
-    from trainer.model_shapes import image_size_problem
+    from trainer.model_shapes import batch_size_problem, image_size_problem
 
     inputs = TrainingStepInputs(**planned_step_inputs(arguments, "DIGEST"))
     if StepOverrides.parse(inputs.overrides_json).spec_fields.get("command") is not None:
         return []
     config = check_flags(trainer_args_for(inputs))
     problem = image_size_problem(config.model, config.image_size)
-    if problem is None:
-        return []
-    return [ParameterError("image_size", arguments.get("image_size"), problem)]
+    if problem is not None:
+        return [ParameterError("image_size", arguments.get("image_size"), problem)]
+    problem = batch_size_problem(config.model, config.image_size, config.batch_size)
+    if problem is not None:
+        return [ParameterError("batch_size", arguments.get("batch_size"), problem)]
+    return []
 
 
 def check_model_input(arguments: Mapping[str, Any]) -> None:

@@ -6,6 +6,8 @@
   torchvision's models take different sizes: inception_v3 75 px or more, alexnet 63, vgg 32,
   the ViTs exactly the 224 they are built for; a wrong one used to fail in the first training
   step, with a shape error, once every node had started.
+- ``batch_size_problem``: the same for a batch of one image, which the BatchNorm layers of most
+  models refuse in training at small sizes (it failed at step 1, a traceback on every rank).
 """
 
 from __future__ import annotations
@@ -92,17 +94,40 @@ def image_size_problem(arch: str, image_size: int) -> str | None:
     return f"--image-size {image_size} does not fit --model {arch} ({failure}); {fix}"
 
 
-def check_image_size(arch: str, image_size: int) -> None:
-    """Raise ConfigError (exit 2, not retried) when ``arch`` cannot take ``image_size``."""
-    problem = image_size_problem(arch, image_size)
+@functools.lru_cache(maxsize=256)
+def batch_size_problem(arch: str, image_size: int, batch_size: int) -> str | None:
+    """Why ``arch`` cannot train on batches of ``batch_size`` images of ``image_size`` px (None:
+    it can, or the meta device cannot tell). Only a batch of one can fail where two pass: a
+    BatchNorm layer that sees a 1x1 map (or a vector) then has one value a channel, which it
+    refuses in training, at step 1 of every rank (a batch of one is never the last one of an
+    epoch: the trainer drops a short last batch)."""
+    if batch_size != 1:
+        return None
+    model = build_on_meta(arch, 2).train()
+    failure = _forward_failure(model, image_size, batch=1)
+    if failure is None or _forward_failure(model, image_size) is not None:
+        return None  # a batch of 2 fails too: the image size is the problem, named by its check
+    return (
+        f"--batch-size 1 does not fit --model {arch} at --image-size {image_size} ({failure}): "
+        "its BatchNorm layers need 2 or more images a batch in training; use --batch-size 2 "
+        "or more"
+    )
+
+
+def check_model_input(arch: str, image_size: int, batch_size: int) -> None:
+    """Raise ConfigError (exit 2, not retried) when ``arch`` cannot train on ``image_size`` px
+    images in batches of ``batch_size``."""
+    problem = image_size_problem(arch, image_size) or batch_size_problem(
+        arch, image_size, batch_size
+    )
     if problem is not None:
         raise ConfigError(problem)
 
 
-def _forward_failure(model: torch.nn.Module, side: int) -> str | None:
-    """The first line of what a training forward pass on ``side`` px images raises (None: it
-    passes, or an operator has no meta kernel to tell)."""
-    images = torch.empty(META_BATCH, 3, side, side, device="meta")
+def _forward_failure(model: torch.nn.Module, side: int, *, batch: int = META_BATCH) -> str | None:
+    """The first line of what a training forward pass on a batch of ``side`` px images raises
+    (None: it passes, or an operator has no meta kernel to tell)."""
+    images = torch.empty(batch, 3, side, side, device="meta")
     try:
         with torch.no_grad():
             model(images)

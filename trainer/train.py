@@ -34,7 +34,7 @@ from trainer.errors import (
 )
 from trainer.flags import parse_flags
 from trainer.loop import Trainer
-from trainer.model_shapes import check_image_size
+from trainer.model_shapes import check_model_input
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +57,8 @@ def run_training(config: TrainConfig, environ: typing.Mapping[str, str] = os.env
         env = dist_env_from(environ)
         device = select_device(config, env, environ)
         config = settle_for_device(config, device, env)
-        check_image_size(config.model, config.image_size)  # before it meets the others
+        # before it meets the others
+        check_model_input(config.model, config.image_size, config.batch_size)
         configure_backends(config, device, env)
         control_group = init_process_group(env, device, config.init_timeout_s)
         return Trainer(config, env, device, control_group, stop, environ).run()

@@ -113,6 +113,12 @@ def test_an_image_size_the_model_cannot_take_fails_the_check_step(capfd):
     check_arguments_step(**arguments(model="alexnet", image_size=64))  # returns
 
 
+def test_a_batch_of_one_that_batchnorm_refuses_fails_the_check_step_naming_batch_size():
+    with pytest.raises(SystemExit, match=r"batch_size=1: --batch-size 1 does not fit --model "):
+        check_arguments_step(**arguments(model="resnet18", image_size=32, batch_size=1))
+    check_arguments_step(**arguments(model="resnet18", image_size=224, batch_size=1))  # returns
+
+
 def test_the_cli_refuses_an_image_size_the_model_cannot_take_before_submitting():
     args = ["render", *REQUIRED, "-p", "model=alexnet", "-p", "image_size=32"]
     result = CliRunner().invoke(main, args)

@@ -185,4 +185,7 @@ def test_paths_and_sizes_that_cannot_work_exit_2(tmp_path, data, capsys):
     assert main([*base, *out, "--model", "vit_b_16"]) == 2
     err = capsys.readouterr().err
     assert "--image-size 16 does not fit --model vit_b_16" in err and "--image-size 224" in err
+    assert main([*base, *out, "--batch-size", "1"]) == 2  # BatchNorm: one value a channel
+    err = capsys.readouterr().err
+    assert "--batch-size 1 does not fit --model mobilenet_v3_small at --image-size 16" in err
     assert not (tmp_path / "out").exists()
