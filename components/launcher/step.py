@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import re
 import shutil
 import tempfile
@@ -513,7 +514,7 @@ def _fill_artifacts(result: JobResult, inputs: TrainingStepInputs, model: Any, m
     model.metadata.update(
         {
             "arch": model_json.get("arch", summary.get("arch", "")),
-            "val_accuracy": summary.get("val_accuracy"),
+            "val_accuracy": finite_number(summary.get("val_accuracy")),
             "data_digest": inputs.data_digest,
             "job_name": result.name,
             "job_api": result.api,
@@ -524,8 +525,10 @@ def _fill_artifacts(result: JobResult, inputs: TrainingStepInputs, model: Any, m
     )
     for key_name in SUMMARY_METRICS:
         value = summary.get(key_name)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            metrics.log_metric(key_name, float(value))
+        if (number := finite_number(value)) is not None:
+            metrics.log_metric(key_name, number)
+        elif isinstance(value, float):  # nan or inf: KFP's metadata cannot hold it
+            print(f"[launcher] Metrics: the trainer's {key_name} is {value}, left out")
     skipped = skipped_images(summary)
     if skipped is not None:
         model.metadata["skipped_images"] = skipped
@@ -540,6 +543,15 @@ def _fill_artifacts(result: JobResult, inputs: TrainingStepInputs, model: Any, m
     metrics.log_metric("job_restarts", float(result.restarts))
 
     write_metadata_file(metrics)
+
+
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool), else None: KFP refuses to
+    store nan or inf in an artifact's metadata ("Fail to serialize NaN"), which failed the step
+    after a training of one's own reported one."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def skipped_images(summary: dict) -> int | None:

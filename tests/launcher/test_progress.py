@@ -256,6 +256,29 @@ def test_the_step_log_and_metrics_carry_the_same_figures(k8s, tmp_path, capsys, 
     assert metrics.metadata["world_size"] == 1 and "job_duration_s" in metrics.metadata
 
 
+def test_a_nan_in_the_summary_is_left_out_of_the_metrics(k8s, tmp_path, capsys):
+    """A program of one's own whose loss went to nan: KFP cannot store nan in an artifact's
+    metadata ("Fail to serialize NaN" failed the step after the training), so it is left out,
+    and said."""
+    inputs = step_inputs(k8s, tmp_path)
+    summary = {"steps": 100, "world_size": 1, "val_accuracy": float("nan")}
+    summary["final_train_loss"] = float("inf")
+    k8s.scenario(
+        "trainjob",
+        "job",
+        reporting_trainer(k8s, [], outputs=Path(run_folder(inputs)), summary=summary),
+    )
+    model = dsl.Model(uri=str(tmp_path / "artifacts" / "model"))
+    metrics = dsl.Metrics(uri=str(tmp_path / "artifacts" / "metrics"))
+    assert run_training_step(inputs, model=model, metrics=metrics).phase == "Succeeded"
+    out = capsys.readouterr().out
+    assert "[launcher] Metrics: the trainer's val_accuracy is nan, left out" in out
+    assert "[launcher] Metrics: the trainer's final_train_loss is inf, left out" in out
+    assert metrics.metadata["steps"] == 100 and "val_accuracy" not in metrics.metadata
+    assert model.metadata["val_accuracy"] is None
+    json.dumps([metrics.metadata, model.metadata], allow_nan=False)  # what KFP can store
+
+
 # ------------------------------------------------------------- the real trainer, no cluster
 @pytest.mark.slow
 def test_the_real_trainers_final_figures_reach_the_metrics_locally(tmp_path, image_folder, capsys):
