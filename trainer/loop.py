@@ -46,6 +46,7 @@ from trainer.distributed import (
     from_rank_0,
     set_collective_timeout,
 )
+from trainer.divergence import check_divergence
 from trainer.durability import CheckpointDurability
 from trainer.errors import EXIT_OK, EXIT_SIGTERM, ConfigError
 from trainer.export import save_model
@@ -466,6 +467,14 @@ class Trainer:
         self.log.line(
             f"step {state.step}/{plan.total_steps} | epoch {state.epoch} | loss {mean_loss:.4f} | "
             f"lr {lr:.4g} | {images_per_sec:,.0f} img/s | ETA {duration(eta)}"
+        )
+        check_divergence(
+            mean_loss,
+            self.parts.model,
+            self.group,
+            step=state.step,
+            lr=self.cfg.lr,
+            warmup=plan.warmup_steps,
         )
         state.window = LogWindow.open(state.paused_s, self.device)
         state.window.started = now
