@@ -11,6 +11,7 @@ this package only to build the KFP component, and compiling a pipeline should no
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
 import time
@@ -130,7 +131,7 @@ class EvalResult:
             "accuracy": self.accuracy,
             "top_k_accuracy": self.top_k_accuracy,
             "top_k": self.top_k,
-            "loss": self.loss,
+            "loss": self.loss if math.isfinite(self.loss) else None,  # JSON and KFP: no nan
             "num_samples": self.num_samples,
             "passed": self.passed,
             "reason": self.reason,
@@ -153,14 +154,16 @@ class EvalResult:
         }
 
     def scalar_metrics(self) -> dict[str, float]:
-        """The headline numbers as floats (what a KFP ``Metrics`` artifact holds)."""
-        return {
+        """The headline numbers as floats (what a KFP ``Metrics`` artifact holds: a loss that
+        is not finite is left out, as KFP cannot store it)."""
+        numbers = {
             "accuracy": self.accuracy,
             "top_k_accuracy": self.top_k_accuracy,
             "loss": self.loss,
             "num_samples": float(self.num_samples),
             "passed": 1.0 if self.passed else 0.0,
         }
+        return {name: value for name, value in numbers.items() if math.isfinite(value)}
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -275,6 +278,11 @@ def evaluate(
         )
     torch_device = _resolve_device(config.device)
     model, model_config = load_model(model_dir, map_location="cpu")
+    if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        raise EvaluationError(
+            f"model_dir={str(model_dir)!r}: its weights are not all finite (nan or inf): the "
+            "training diverged, and such a model predicts nothing; train again with a lower lr"
+        )
     class_names = model_config.get("class_names")
     if not isinstance(class_names, list) or len(class_names) != model_config.get("num_classes"):
         raise EvaluationError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -235,3 +236,23 @@ def test_the_images_the_training_left_out_are_left_out(tmp_path, colour_data):
     with pytest.raises(EvaluationError, match=r"1 of 13 images to score cannot be read") as err:
         evaluate(model, again, device="cpu")
     assert "val/b/w.png (class b)" in str(err.value) and "x.png" not in str(err.value)
+
+
+def test_a_model_whose_weights_are_nan_is_refused_not_scored(tmp_path, colour_data):
+    """A diverged training's model predicts class 0 for everything (argmax of nan): scored, it
+    could pass a low threshold and be published."""
+    model = write_colour_model(tmp_path / "model")
+    weights = torch.load(model / "weights.pt", weights_only=True)
+    first = next(iter(weights))
+    weights[first] = torch.full_like(weights[first], float("nan"))
+    torch.save(weights, model / "weights.pt")
+    with pytest.raises(EvaluationError, match=r"its weights are not all finite \(nan or inf\)"):
+        evaluate(model, colour_data, device="cpu")
+
+
+def test_a_loss_that_is_not_finite_is_left_out_of_what_kfp_stores(colour_model, colour_data):
+    scored = evaluate(colour_model, colour_data, device="cpu")
+    result = dataclasses.replace(scored, loss=float("inf"))  # e.g. a confident wrong answer
+    assert "loss" not in result.scalar_metrics() and result.scalar_metrics()["accuracy"] == 0.4
+    assert result.to_dict()["loss"] is None
+    json.dumps(result.to_dict(), allow_nan=False)
