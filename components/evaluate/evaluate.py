@@ -261,6 +261,7 @@ def evaluate(
 
     from components.evaluate.readable import readable_split
     from trainer.data import eval_transform, load_image
+    from trainer.divergence import weights_are_finite
     from trainer.export import load_model
 
     model_dir, data_dir = Path(model_dir), Path(data_dir)
@@ -278,7 +279,7 @@ def evaluate(
         )
     torch_device = _resolve_device(config.device)
     model, model_config = load_model(model_dir, map_location="cpu")
-    if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+    if not weights_are_finite(model):
         raise EvaluationError(
             f"model_dir={str(model_dir)!r}: its weights are not all finite (nan or inf): the "
             "training diverged, and such a model predicts nothing; train again with a lower lr"
