@@ -3,6 +3,7 @@ the declared defaults filled in, and every value checked before anything is subm
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -77,8 +78,11 @@ def parse_parameters(pairs: Sequence[str], inputs: dict[str, dict]) -> dict[str,
             )
             key = new_name
         if key not in inputs:
+            close = difflib.get_close_matches(key, list(inputs), n=1, cutoff=0.75)
             raise click.BadParameter(
-                f"unknown pipeline parameter {key!r}; valid parameters: "
+                f"unknown pipeline parameter {key!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + "; valid parameters: "
                 + ", ".join(sorted(inputs)),
                 param_hint="'-p'",
             )

@@ -277,7 +277,8 @@ def test_api_errors_after_a_healthy_probe(
     [
         (["-p", "epochs=three"], ["'epochs'", "integer", "'three'"]),
         (["-p", "lr=fast"], ["'lr'", "number"]),
-        (["-p", "bogus=1"], ["unknown pipeline parameter 'bogus'", "epochs", "data_uri"]),
+        (["-p", "bogus=1"], ["unknown pipeline parameter 'bogus'; valid", "epochs", "data_uri"]),
+        (["-p", "epoch=3"], ["unknown pipeline parameter 'epoch' (did you mean 'epochs'?)"]),
         (["-p", "epochs"], ["key=value"]),
         (["-p", "epochs=1", "-p", "epochs=2"], ["given twice"]),
     ],
