@@ -34,9 +34,9 @@ from typing import Any
 
 from components.s3_sync import staging
 from components.s3_sync.api import sync
+from kfp_ddp.image_files import IMAGE_EXTENSIONS
 from pipelines.parameter_errors import ParameterError
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
 SPLITS = ("train", "val")
 
 
@@ -224,7 +224,7 @@ def _classes(split: Path) -> dict[str, int]:
             found[entry.name] = sum(
                 1
                 for f in os.scandir(entry.path)
-                if f.is_file() and f.name.lower().endswith(IMAGE_SUFFIXES)
+                if f.is_file() and f.name.lower().endswith(IMAGE_EXTENSIONS)
             )
     return found
 
@@ -252,7 +252,7 @@ def unused_files(keys: Iterable[str]) -> list[str]:
         if parts[0] not in SPLITS or len(parts) < 2:
             continue
         name = parts[-1]
-        image = name.lower().endswith(IMAGE_SUFFIXES) and not name.startswith(".")
+        image = name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
         in_class = len(parts) == 3 and not parts[1].startswith(".")
         if not (image and in_class):
             unused.append(key)
@@ -274,7 +274,7 @@ def listing_layout(keys: Iterable[str]) -> Layout:
             continue
         classes = splits.setdefault(parts[0], {})
         classes.setdefault(parts[1], 0)
-        if len(parts) == 3 and parts[2].lower().endswith(IMAGE_SUFFIXES):
+        if len(parts) == 3 and parts[2].lower().endswith(IMAGE_EXTENSIONS):
             classes[parts[1]] += 1
     for split in top & set(SPLITS):
         splits.setdefault(split, {})
@@ -311,7 +311,7 @@ class Layout:
         )
         return [
             f"{len(self.unused)} file(s) are not images in a class folder and will be skipped: "
-            f"{shown}{more} (images are {', '.join(IMAGE_SUFFIXES)} in <split>/<class>/)"
+            f"{shown}{more} (images are {', '.join(IMAGE_EXTENSIONS)} in <split>/<class>/)"
         ]
 
     def _unscored_note(self) -> list[str]:

@@ -29,10 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from kfp_ddp.image_files import IMAGE_EXTENSIONS
 from trainer.errors import DataError
 from trainer.randomness import derive_seed  # imports torch, which trainer.prepare needs not
-
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
 
 
 @dataclass(frozen=True, eq=False)

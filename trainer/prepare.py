@@ -32,10 +32,10 @@ from pathlib import Path
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from kfp_ddp.atomic_files import write_atomic, write_json_atomic
+from kfp_ddp.image_files import IMAGE_EXTENSIONS
 from trainer.distributed import available_cpus
 from trainer.errors import EXIT_CONFIG, EXIT_DATA, EXIT_OK, ConfigError
 from trainer.image_modes import to_rgb
-from trainer.listing import IMAGE_EXTENSIONS
 
 MANIFEST = ".prepare.json"
 JPEG_EXTENSIONS = (".jpg", ".jpeg")

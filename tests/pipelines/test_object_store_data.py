@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from components.s3_sync import sync
 from components.s3_sync.staging import DataChanged, stage
@@ -21,6 +22,8 @@ from pipelines.dataset import (
 )
 from tests.image_data import write_image_folder
 from tests.pipelines.conftest import upload_folder
+from trainer.data import load_image
+from trainer.listing import scan_split
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,6 +75,24 @@ def test_training_classes_without_val_images_are_named_before_the_training():
         "the evaluation gate score the model on the others"
     )
     assert listing_layout([*keys, "val/ant/5.png", "val/cat/6.png"]).notes() == []
+
+
+def test_the_data_step_and_the_trainer_count_the_same_files_as_images(tmp_path: Path):
+    """One list (kfp_ddp.image_files), torchvision's ImageFolder's and GIF: a grey .pgm data
+    set (an ImageFolder of torchvision's) trains, a .heic is skipped and named by both."""
+    folder = tmp_path / "data" / "train" / "faces"
+    folder.mkdir(parents=True)
+    grey = Image.new("L", (12, 10), 90)
+    for suffix in (".png", ".JPG", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".TIFF", ".ppm"):
+        grey.convert("RGB").save(folder / f"a{suffix}")
+    grey.save(folder / "s1.pgm")
+    (folder / "IMG_0001.heic").write_bytes(b"\0\0\0\x18ftypheic")
+    layout = folder_layout(tmp_path / "data")
+    listing = scan_split(tmp_path / "data" / "train")
+    assert layout.splits["train"]["faces"] == len(listing) == 10
+    assert layout.unused == ["train/faces/IMG_0001.heic"]
+    pgm = next(listing.path(i) for i in range(len(listing)) if listing.path(i).endswith(".pgm"))
+    assert load_image(pgm).mode == "RGB"
 
 
 # -- against the test S3 server -------------------------------------------------------------------

@@ -1,0 +1,24 @@
+"""Which files of a data set are images: the one list the pipeline's data step (which counts and
+checks them without torch) and the trainer (which trains on them) both go by, so that they never
+disagree on what a class holds or how many steps an epoch has.
+
+torchvision's ImageFolder list (``.jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp``) and GIF;
+case does not matter. Every other file under ``<split>/<class>/`` is skipped, and named by the
+data step.
+"""
+
+from __future__ import annotations
+
+IMAGE_EXTENSIONS = (
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".bmp",
+    ".gif",
+    ".webp",
+    ".tif",
+    ".tiff",
+    ".ppm",
+    ".pgm",
+)
+"""Lower-case suffixes of the image files, with their dot."""
