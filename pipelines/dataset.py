@@ -285,6 +285,12 @@ def listing_layout(keys: Iterable[str]) -> Layout:
     )
 
 
+def _first(names: list[str], shown: int) -> str:
+    """'a, b, c' or, past ``shown`` names, 'a, b and 7 more'."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 @dataclass(frozen=True)
 class Layout:
     """What a data set holds: for each split present, its class folders and their images."""
@@ -303,15 +309,10 @@ class Layout:
     def _unused_note(self) -> list[str]:
         if not self.unused:
             return []
-        shown = ", ".join(self.unused[:UNUSED_SHOWN])
-        more = (
-            f" and {len(self.unused) - UNUSED_SHOWN} more"
-            if len(self.unused) > UNUSED_SHOWN
-            else ""
-        )
         return [
             f"{len(self.unused)} file(s) are not images in a class folder and will be skipped: "
-            f"{shown}{more} (images are {', '.join(IMAGE_EXTENSIONS)} in <split>/<class>/)"
+            f"{_first(self.unused, UNUSED_SHOWN)} (images are {', '.join(IMAGE_EXTENSIONS)} in "
+            "<split>/<class>/)"
         ]
 
     def _unscored_note(self) -> list[str]:
@@ -319,15 +320,13 @@ class Layout:
         the model on the other classes (these have support 0), which the user should know
         before the training rather than read in the report after it."""
         train, val = self.splits.get("train", {}), self.splits.get("val", {})
-        unscored = [name for name in train if name not in val]
+        unscored = [repr(name) for name in train if name not in val]
         if not unscored or not val:
             return []
-        shown = ", ".join(repr(name) for name in unscored[:CLASSES_SHOWN])
-        more = f" and {len(unscored) - CLASSES_SHOWN} more" if len(unscored) > CLASSES_SHOWN else ""
         return [
             f"val/ has no images of {len(unscored)} of the {len(train)} training classes "
-            f"({shown}{more}): the validation and the evaluation gate score the model on the "
-            "others; add val/<class>/ images to score those too"
+            f"({_first(unscored, CLASSES_SHOWN)}): the validation and the evaluation gate score "
+            "the model on the others; add val/<class>/ images to score those too"
         ]
 
     def check(self, data_uri: str) -> int:

@@ -130,19 +130,17 @@ def model_input_problems(arguments: Mapping[str, Any]) -> list[ParameterError]:
     (pipeline parameters, which ``trainer_args`` cannot set); nothing to check for a command of
     one's own."""
     # Here, not at the top: torch and torchvision (seconds), which the other checks do not need.
-    from trainer.model_shapes import batch_size_problem, image_size_problem
+    from trainer.model_shapes import model_input_problem
 
     inputs = TrainingStepInputs(**planned_step_inputs(arguments, "DIGEST"))
     if StepOverrides.parse(inputs.overrides_json).spec_fields.get("command") is not None:
         return []
     config = check_flags(trainer_args_for(inputs))
-    problem = image_size_problem(config.model, config.image_size)
-    if problem is not None:
-        return [ParameterError("image_size", arguments.get("image_size"), problem)]
-    problem = batch_size_problem(config.model, config.image_size, config.batch_size)
-    if problem is not None:
-        return [ParameterError("batch_size", arguments.get("batch_size"), problem)]
-    return []
+    found = model_input_problem(config.model, config.image_size, config.batch_size)
+    if found is None:
+        return []
+    setting, problem = found
+    return [ParameterError(setting, arguments.get(setting), problem)]
 
 
 def check_model_input(arguments: Mapping[str, Any]) -> None:

@@ -34,6 +34,7 @@ from trainer.distributed import DistEnv, available_cpus, processes_on_this_machi
 from trainer.errors import ConfigError
 from trainer.gpu_decode import gpu_decode_problem
 from trainer.image_check import (
+    CHECK_THREADS_MAX,
     SHOWN,
     BadImage,
     bad_images_error,
@@ -45,8 +46,6 @@ from trainer.listing import ImageListing, broadcast_bytes, shared_splits
 from trainer.loader import StreamedImages, default_num_workers, prefetch_depth, shm_bytes
 from trainer.mirror_probe import MirrorProbe, probe_mirror
 
-CHECK_THREADS_MAX = 32
-"""Threads per process reading the images once before step 1."""
 SIZE_SAMPLE = 64
 """Files whose sizes estimate a batch of encoded JPEGs (``--decode gpu``)."""
 

@@ -41,6 +41,8 @@ DRAFT_SIZE = (32, 32)
 """The size a JPEG without a marker near its end is decoded at, to be sure."""
 SHOWN = 20
 """Bad files listed in the error (all of them are counted)."""
+CHECK_THREADS_MAX = 32
+"""Threads per process reading the images once (the trainer before step 1, the evaluation)."""
 _IN_FLIGHT_PER_THREAD = 16
 
 

@@ -114,14 +114,24 @@ def batch_size_problem(arch: str, image_size: int, batch_size: int) -> str | Non
     )
 
 
+def model_input_problem(arch: str, image_size: int, batch_size: int) -> tuple[str, str] | None:
+    """The setting (``image_size`` or ``batch_size``) that keeps ``arch`` from training on
+    batches of ``batch_size`` images of ``image_size`` px, and why; None when it can."""
+    problem = image_size_problem(arch, image_size)
+    if problem is not None:
+        return "image_size", problem
+    problem = batch_size_problem(arch, image_size, batch_size)
+    if problem is not None:
+        return "batch_size", problem
+    return None
+
+
 def check_model_input(arch: str, image_size: int, batch_size: int) -> None:
     """Raise ConfigError (exit 2, not retried) when ``arch`` cannot train on ``image_size`` px
     images in batches of ``batch_size``."""
-    problem = image_size_problem(arch, image_size) or batch_size_problem(
-        arch, image_size, batch_size
-    )
-    if problem is not None:
-        raise ConfigError(problem)
+    found = model_input_problem(arch, image_size, batch_size)
+    if found is not None:
+        raise ConfigError(found[1])
 
 
 def _forward_failure(model: torch.nn.Module, side: int, *, batch: int = META_BATCH) -> str | None:

@@ -17,11 +17,8 @@ from pathlib import Path
 
 from components.evaluate.errors import EvaluationError
 from trainer.distributed import available_cpus
-from trainer.image_check import BadImage, find_bad_images, listed, without
+from trainer.image_check import CHECK_THREADS_MAX, BadImage, find_bad_images, listed, without
 from trainer.listing import ImageListing, scan_split
-
-CHECK_THREADS_MAX = 8
-"""Threads that read the images (Pillow reads without the GIL); one per core up to this."""
 
 
 @dataclass(frozen=True)
