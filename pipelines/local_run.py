@@ -24,6 +24,7 @@ from pipelines.cli_arguments import with_defaults
 from pipelines.console import RunConsole, open_log
 from pipelines.local_data import environment
 from pipelines.plan import DEFAULT_STORAGE
+from pipelines.publish import read_evaluation
 from pipelines.training import PIPELINE_NAME, build_training_pipeline
 from pipelines.validation import ArgumentError, check_arguments
 
@@ -171,7 +172,11 @@ def collect_local_run(
         passed = output.get("parameterValues", {}).get("Output")
         result.passed = None if passed is None else bool(passed)
         result.metrics = _artifact_metadata(output, "metrics")
-        result.evaluation = _artifact_metadata(output, "report").get("eval") or {}
+        whole = evaluation / "evaluation"  # eval.json (an older step: the report's metadata)
+        report_metadata = _artifact_metadata(output, "report")
+        result.evaluation = (
+            read_evaluation(str(whole) if whole.is_file() else None, report_metadata) or {}
+        )
         report = evaluation / "report"
         result.report = report if report.is_file() else None
     for task in DATA_TASKS:  # never cached: this run's own transfer counts

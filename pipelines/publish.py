@@ -6,6 +6,7 @@ S3 sync, never with ``--delete``: a run's own prefix only ever gains files.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -14,6 +15,20 @@ from typing import Any
 from components.s3_sync import sync
 from kfp_ddp.atomic_files import write_json_atomic
 from pipelines.latest_model import ANY_RUN, move_pointer, new_pointer
+
+
+def read_evaluation(path: str | None, report_metadata: Any) -> Any:
+    """The evaluation to publish as eval.json: the evaluation step's JSON file at ``path``, or,
+    without one, the report's "eval" metadata (None when neither has it)."""
+    if path:
+        try:
+            return json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise ValueError(
+                f"the evaluation artifact at {path} is not the evaluation step's JSON ({err}); "
+                "connect the evaluation step's 'evaluation' output to 'evaluation'"
+            ) from err
+    return dict(report_metadata or {}).get("eval")
 
 
 def stage_files(model_path: str, report_path: str, evaluation: Any, folder: Path) -> list[str]:

@@ -17,9 +17,9 @@
 # No `from __future__ import annotations`: KFP reads the artifact types from real annotations.
 
 import dataclasses
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
-from kfp.dsl import HTML, Dataset, Input, Model, Output
+from kfp.dsl import HTML, Artifact, Dataset, Input, Model, Output
 
 from components.kfp.function import REQUIRED, function_source, literal, module_source
 from pipelines.late_checks import check_baseline, check_model_input
@@ -256,6 +256,7 @@ def publish_model_step(
     run_id: str,
     latest_run: str = "*",
     data_digest: str = "",
+    evaluation: Optional[Input[Artifact]] = None,  # noqa: UP045 (KFP reads Optional, not | None)
 ) -> str:
     """Publish the model that passed the gate to publish_uri/<run id>/; returns that URI.
 
@@ -274,17 +275,19 @@ def publish_model_step(
         latest_run: the run latest.json named when this run started ('' for none); *: move
             the pointer whatever it names (a model not compared with the latest one).
         data_digest: the digest of the data the model was trained on (kept in latest.json).
+        evaluation: the evaluation step's evaluation output (eval.json); without it, eval.json
+            is the report's "eval" metadata (an evaluation of one's own, or of an older image).
 
     Returns:
         Output: the destination, publish_uri/<run id>/.
     """
     # KFP runs this function's body alone, in the image: its imports are inside it.
-    from pipelines.publish import publish_model
+    from pipelines.publish import publish_model, read_evaluation
 
     return publish_model(
         model.path,
         report.path,
-        evaluation=report.metadata.get("eval"),
+        evaluation=read_evaluation(evaluation.path if evaluation else None, report.metadata),
         publish_uri=publish_uri,
         run_id=run_id,
         endpoint_url=endpoint_url or None,

@@ -231,6 +231,7 @@ def build_training_pipeline(
             publish = publish_op(
                 model=train.outputs["model"],
                 report=evaluation.outputs["report"],
+                evaluation=evaluation.outputs["evaluation"],
                 publish_uri=a["publish_uri"],
                 endpoint_url=a["s3_endpoint"],
                 run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,

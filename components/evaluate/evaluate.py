@@ -21,16 +21,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from components.artifacts import write_metadata_file
+from components.evaluate.confusion import SHOWN_CLASSES, shown_confusion
 from components.evaluate.errors import EvaluationError, check_fraction, check_int
 from components.evaluate.gate import baseline_accuracy_of, decide_gate, load_baseline
 from components.evaluate.report import write_report
 from components.evaluate.scoring import ScoreAccumulator
 from components.s3_sync import sync
+from kfp_ddp.atomic_files import write_json_atomic
 
 if TYPE_CHECKING:
     import torch
 
 PRECISIONS = ("fp32", "bf16")
+SHOWN_SKIPPED = 20
+"""Skipped images named in the report's metadata (eval.json names all of them)."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -143,6 +147,7 @@ class EvalResult:
             "device": self.device,
             "seconds": self.seconds,
             "skipped_images": list(self.skipped_images),
+            "num_classes": len(self.class_names),
             "class_names": list(self.class_names),
             "per_class": {
                 name: {"precision": p, "recall": r, "support": s}
@@ -152,6 +157,25 @@ class EvalResult:
             },
             "confusion_matrix": [list(row) for row in self.confusion],
         }
+
+    def metadata_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` as an artifact's metadata can hold it, whatever the data set: the
+        per-class numbers and the matrix only up to ``SHOWN_CLASSES`` classes, the first
+        ``SHOWN_SKIPPED`` skipped images (ML Metadata's messages are capped: ``confusion``).
+        What is left out is in eval.json, named by ``left_out``."""
+        summary = self.to_dict()
+        left_out = []
+        if len(self.class_names) > SHOWN_CLASSES:
+            for key in ("class_names", "per_class", "confusion_matrix"):
+                del summary[key]
+            left_out = ["class_names", "per_class", "confusion_matrix"]
+        if len(self.skipped_images) > SHOWN_SKIPPED:
+            summary["skipped_images"] = list(self.skipped_images[:SHOWN_SKIPPED])
+            left_out.append(f"skipped_images[{SHOWN_SKIPPED}:]")
+        if left_out:
+            summary["skipped_images_total"] = len(self.skipped_images)
+            summary["left_out"] = f"{', '.join(left_out)}: in eval.json (the evaluation artifact)"
+        return summary
 
     def scalar_metrics(self) -> dict[str, float]:
         """The headline numbers as floats (what a KFP ``Metrics`` artifact holds: a loss that
@@ -415,11 +439,14 @@ def evaluate_into_artifacts(
     metrics: Any,
     confusion: Any,
     report: Any,
+    evaluation: Any = None,
     endpoint_url: str = "",
     tensorboard: str = "",
 ) -> bool:
     """The KFP step on KFP's artifact objects (duck-typed, so this module needs no kfp):
-    :func:`run_evaluation` writes ``report.path``; the numbers go into the artifacts' metadata.
+    :func:`run_evaluation` writes ``report.path``, the whole result goes to ``evaluation.path``
+    (eval.json; None: only into metadata, as before it existed) and the numbers into the
+    artifacts' metadata.
 
     Kept out of components/kfp/evaluate.py: the component's body imports this at run time,
     inside KFP's executor, where importing kfp's component-building modules would be circular.
@@ -439,6 +466,8 @@ def evaluate_into_artifacts(
             endpoint_url=endpoint_url or None,
             tensorboard=tensorboard,
         )
+    if evaluation is not None:
+        write_json_atomic(Path(evaluation.path), result.to_dict())
     return _fill_artifacts(result, metrics, confusion, report)
 
 
@@ -469,12 +498,19 @@ def _fill_artifacts(result: Any, metrics: Any, confusion: Any, report: Any) -> b
     """The numbers into the artifacts' metadata (the page is already at ``report.path``)."""
     for name, value in result.scalar_metrics().items():
         metrics.log_metric(name, value)
-    confusion.log_confusion_matrix(list(result.class_names), result.confusion)
+    shown = shown_confusion(result.class_names, result.confusion)
+    confusion.log_confusion_matrix(shown.class_names, shown.counts)
+    if shown.merged:
+        print(
+            f"evaluation: the KFP confusion matrix shows the {len(shown.class_names) - 1} of "
+            f"{len(result.class_names)} classes with the most mistakes and one row for the "
+            f"other {shown.merged}; eval.json and the report have all of them"
+        )
 
     for artifact in (metrics, confusion):
         write_metadata_file(artifact)
     report.metadata.update({"passed": result.passed, "reason": result.reason})
-    report.metadata["eval"] = result.to_dict()
+    report.metadata["eval"] = result.metadata_dict()
     if result.skipped_images:
         print(
             f"evaluation: {len(result.skipped_images)} unreadable image(s) left out, as the "

@@ -8,17 +8,20 @@
   run's "Scalar metrics" view and run comparison show;
 - ``confusion`` (``ClassificationMetrics``): the confusion matrix with class names;
 - ``report`` (``HTML``): the page with the verdict, curves and heat map. Its metadata also holds
-  the whole result (``report.metadata["eval"]`` = ``EvalResult.to_dict()``, the content of an
-  ``eval.json``) plus ``passed`` and ``reason``.
+  the result (``report.metadata["eval"]`` = ``EvalResult.metadata_dict()``) plus ``passed`` and
+  ``reason``;
+- ``evaluation`` (``Artifact``): the whole result as a JSON file (``EvalResult.to_dict()``), which
+  the publish step uploads as ``eval.json``.
 
-Why not an ``eval.json`` file: ``report.path`` is the HTML file itself, not a folder, so nothing can
-sit "next to it" inside the artifact (a sibling file would not be uploaded on a cluster), and a
-``Metrics`` artifact should hold only numbers (the UI tabulates every entry as a scalar). The
-full result therefore rides in the HTML artifact's metadata.
+Why a file of its own: metadata goes through ML Metadata's gRPC API, capped at 4 MiB on most KFP
+backends, and an ImageNet evaluation's confusion matrix alone is 11 MB there
+(``components.evaluate.confusion``); ``report.path`` is the HTML file itself, not a folder (a
+sibling file would not be uploaded on a cluster), and a ``Metrics`` artifact should hold only
+numbers (the UI tabulates every entry as a scalar).
 """
 
 # No `from __future__ import annotations`: KFP reads the artifact types from real annotations.
-from kfp.dsl import HTML, ClassificationMetrics, Input, Metrics, Model, Output
+from kfp.dsl import HTML, Artifact, ClassificationMetrics, Input, Metrics, Model, Output
 from kfp.dsl.python_component import PythonComponent
 
 from components import DEFAULT_IMAGE
@@ -34,6 +37,7 @@ def evaluate_component(
     metrics: Output[Metrics],
     confusion: Output[ClassificationMetrics],
     report: Output[HTML],
+    evaluation: Output[Artifact],
     endpoint_url: str = "",
 ) -> bool:
     """Score the trained model on data_dir/val/ and say whether it may be published.
@@ -53,11 +57,15 @@ def evaluate_component(
     Returns:
         metrics: accuracy, top_k_accuracy (top-5, or top-k with fewer classes), loss, num_samples
             and passed (1.0 or 0.0).
-        confusion: the confusion matrix with the class names.
+        confusion: the confusion matrix with the class names (above 50 classes, the 49 with
+            the most mistakes and one row for all the others).
         report: the HTML page with the verdict, the training curves, where the TensorBoard
             files are (the model's "tensorboard" metadata) and the confusion heat map;
-            its metadata holds the whole evaluation ("eval": the content of an eval.json),
-            passed and reason.
+            its metadata holds the evaluation ("eval": eval.json's numbers, its per-class
+            lists up to 50 classes), passed and reason.
+        evaluation: the whole evaluation as a JSON file (what the publish step uploads as
+            eval.json): accuracy, per-class precision, recall and support, the confusion
+            matrix, the gate's verdict.
         Output: whether the model passed: accuracy >= threshold and within tolerance of the
             baseline.
     """
@@ -73,6 +81,7 @@ def evaluate_component(
         metrics=metrics,
         confusion=confusion,
         report=report,
+        evaluation=evaluation,
         endpoint_url=endpoint_url,
         tensorboard=str(model.metadata.get("tensorboard") or ""),  # set by the training step
     )

@@ -191,6 +191,7 @@ def build_pipeline(
                 upload = ops.publish(
                     model=train.outputs["model"],
                     report=evaluation.outputs["report"],
+                    evaluation=evaluation.outputs["evaluation"],
                     publish_uri=publish_uri,
                     endpoint_url=s3_endpoint,
                     run_id=RUN_ID,

@@ -137,10 +137,13 @@ def test_rendering_leaves_matplotlib_global_state_alone():
 
 
 def test_evaluate_into_kfp_artifact_objects(tmp_path, colour_model, colour_data):
-    from kfp.dsl import HTML, ClassificationMetrics, Metrics
+    from kfp.dsl import HTML, Artifact, ClassificationMetrics, Metrics
 
-    metrics, confusion, report = Metrics(), ClassificationMetrics(), HTML()
-    for artifact, name in ((metrics, "metrics"), (confusion, "confusion"), (report, "report")):
+    metrics, confusion, report, evaluation = Metrics(), ClassificationMetrics(), HTML(), Artifact()
+    for artifact, name in (
+        (metrics, "metrics"), (confusion, "confusion"), (report, "report"),
+        (evaluation, "evaluation"),
+    ):  # fmt: skip
         artifact.uri = str(tmp_path / name)  # .path follows .uri for local paths
     passed = evaluate_into_artifacts(
         str(colour_model),
@@ -151,6 +154,7 @@ def test_evaluate_into_kfp_artifact_objects(tmp_path, colour_model, colour_data)
         metrics=metrics,
         confusion=confusion,
         report=report,
+        evaluation=evaluation,
     )
 
     assert passed is False
@@ -164,6 +168,8 @@ def test_evaluate_into_kfp_artifact_objects(tmp_path, colour_model, colour_data)
     ]  # fmt: skip
     assert report.metadata["reason"] == "accuracy 0.4 < threshold 0.5 (no baseline)"
     assert report.metadata["eval"]["confusion_matrix"][2] == [1, 0, 1, 0, 0, 0]
+    # six classes: the report's metadata holds all of the evaluation file (eval.json)
+    assert json.loads(Path(evaluation.path).read_text()) == report.metadata["eval"]
     html = Path(report.path).read_text()
     assert html.count("<img") == 1  # the colour model folder has no metrics.jsonl
 

@@ -193,6 +193,11 @@ def test_structure_gate_retries_caching_and_exit_handler(docs: tuple[dict, dict]
     assert set(pipeline_doc["components"]["comp-condition-2"]["dag"]["tasks"]) == {
         "publish-model-step"
     }
+    # ... with the evaluation's whole result (eval.json), a file: metadata is size-capped.
+    publish = pipeline_doc["components"]["comp-condition-2"]["dag"]["tasks"]["publish-model-step"]
+    assert publish["inputs"]["artifacts"]["evaluation"] == {
+        "componentInputArtifact": "pipelinechannel--evaluate-component-evaluation"
+    }
     # Data-aware caching: the data step always runs, its digest is an input of the training step.
     assert tasks["stage-dataset-step"]["cachingOptions"] == {}
     # Publishing happens in every run that passes (its own run-id prefix), never from a cache.
