@@ -34,6 +34,8 @@ from typing import Any
 
 from components.s3_sync import staging
 from components.s3_sync.api import sync
+from components.s3_sync.s3_uri import is_s3_uri, parse_s3_uri
+from components.s3_sync.selection import path_problem
 from kfp_ddp.image_files import IMAGE_EXTENSIONS
 from pipelines.parameter_errors import ParameterError
 
@@ -148,7 +150,7 @@ def stage_dataset(
         classes=len(layout.splits["train"]),
         images=layout.images(),
         unused=layout.unused,
-        notes=layout.notes(),
+        notes=layout.notes() + refused_note(report.refused, data_uri),
     )
 
 
@@ -212,7 +214,7 @@ def inspect_dataset(data_uri: str, *, endpoint_url: str | None = None) -> Listed
         seconds=report.seconds,
         images=layout.images(),
         unused=layout.unused,
-        notes=layout.notes(),
+        notes=layout.notes() + refused_note(report.refused, data_uri),
     )
 
 
@@ -283,6 +285,25 @@ def listing_layout(keys: Iterable[str]) -> Layout:
         top=sorted(top),
         unused=unused_files(keys),
     )
+
+
+def refused_note(refused: Iterable[str], data_uri: str) -> list[str]:
+    """The keys a sync refuses to write (:func:`components.s3_sync.selection.path_problem`: a
+    backslash, a '..' segment, a name too long for a file system...), named with why: no node
+    can stage them, so the training skips them as it skips files that are not images."""
+    prefix = parse_s3_uri(data_uri, name="data_uri").prefix if is_s3_uri(data_uri) else ""
+    named = []
+    for key in sorted(refused):
+        rel = key[len(prefix) :] if key.startswith(prefix) else key
+        why = path_problem(rel) or "it clashes with another key"
+        named.append(f"{rel!r} ({why})")
+    if not named:
+        return []
+    return [
+        f"{len(named)} key(s) cannot be files on a training node and will be skipped: "
+        f"{_first(named, UNUSED_SHOWN)}; rename them under {data_uri.rstrip('/')}/ to train on "
+        "them"
+    ]
 
 
 def _first(names: list[str], shown: int) -> str:

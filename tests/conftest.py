@@ -6,6 +6,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # as it collects them: measured here, one collection took 11.1 s, 7.6 s with the cache.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+from kfp_ddp.free_ports import free_port
 from tests import kfp_caller_name
 from tests.image_data import write_image_folder
 from tests.node_scheduling import (
@@ -107,6 +109,21 @@ def s3_server():
 
     with LocalS3Server() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """Endpoint URL of moto's S3 server on 127.0.0.1: it stores keys SeaweedFS refuses (``..``, a
+    name of more than 255 bytes), as AWS S3 does."""
+    from moto.server import ThreadedMotoServer  # optional: only these tests start it
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
 
 
 @pytest.fixture

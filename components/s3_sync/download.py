@@ -35,6 +35,7 @@ from components.s3_sync.s3_uri import S3Location
 from components.s3_sync.selection import (
     listing_digest,
     parents,
+    path_problem,
     safe_relative_path,
     stays_inside,
 )
@@ -133,8 +134,10 @@ class DownloadJob:
         plan = DownloadPlan()
         for ob in objects:
             rel = safe_relative_path(ob.rel)
-            if rel is None or (rel in plan.wanted and not ob.rel.endswith("/")):
-                self._refuse(plan, ob, f"it would land outside {self.dest}")
+            if rel is None:
+                self._refuse(plan, ob, f"{path_problem(ob.rel)}: no path under {self.dest}")
+            elif rel in plan.wanted and not ob.rel.endswith("/"):
+                self._refuse(plan, ob, "another key lands on the same file")
             elif ob.rel.endswith("/"):  # folder marker: a folder, never a file
                 plan.folders.add(rel)
             else:

@@ -29,20 +29,40 @@ def selected_by_filters(rel: str, filters: Sequence[tuple[str, str]]) -> bool:
     return chosen
 
 
-def safe_relative_path(rel: str) -> str | None:
-    """The local relative path for key suffix ``rel``, or None if it must be refused.
+NAME_MAX_BYTES = 255
+"""The longest file or folder name, in bytes, that Linux file systems take (ext4, XFS, overlayfs:
+NAME_MAX); S3 allows a key of 1024 bytes in one segment."""
 
-    Refused: empty, absolute, containing a backslash or NUL, or with an empty, ``.`` or ``..``
-    segment (a trailing ``/`` is a folder marker and allowed).
+
+def path_problem(rel: str) -> str | None:
+    """Why key suffix ``rel`` cannot be a path under the destination, None if it can.
+
+    Refused: empty, absolute, containing a backslash or NUL, with an empty, ``.`` or ``..``
+    segment (a trailing ``/`` is a folder marker and allowed), or with a segment longer than a
+    file name can be (the write would fail mid-transfer).
     """
-    if not rel or "\\" in rel or "\x00" in rel or rel.startswith("/"):
-        return None
+    if not rel:
+        return "an empty path"
+    if rel.startswith("/"):
+        return "an absolute path"
+    if "\\" in rel or "\x00" in rel:
+        return "a backslash or NUL in it"
     parts = rel[:-1].split("/") if rel.endswith("/") else rel.split("/")
     if any(part in ("", ".", "..") for part in parts):
-        return None
+        return "an empty, '.' or '..' path segment"
     if _DRIVE_RE.match(parts[0]):  # a Windows drive ("C:") is absolute there
+        return "a Windows drive"
+    if any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES for part in parts):
+        return f"a name longer than {NAME_MAX_BYTES} bytes, the most a file system takes"
+    return None
+
+
+def safe_relative_path(rel: str) -> str | None:
+    """The local relative path for key suffix ``rel``, or None if it must be refused
+    (:func:`path_problem` says why)."""
+    if path_problem(rel) is not None:
         return None
-    return "/".join(parts)
+    return rel[:-1] if rel.endswith("/") else rel
 
 
 def parents(rel: str) -> Iterator[str]:

@@ -25,6 +25,8 @@ EVIL_KEYS = [
     "./x",
     "a//b",
     "a/./b",
+    "a/" + "x" * 256,  # no file system takes a name of more than 255 bytes
+    "猫" * 86 + "/b",  # 258 bytes of UTF-8
 ]
 
 
@@ -44,7 +46,9 @@ def test_safe_relative_path_refuses_escapes(rel):
     assert safe_relative_path(rel) is None
 
 
-@pytest.mark.parametrize("rel", ["a", "a/b.txt", "dir/", "ü n/ï.png", "a..b/c..", "...", ".hidden"])
+@pytest.mark.parametrize(
+    "rel", ["a", "a/b.txt", "dir/", "ü n/ï.png", "a..b/c..", "...", ".hidden", "x" * 255, "猫" * 85]
+)
 def test_safe_relative_path_allows_normal_keys(rel):
     assert safe_relative_path(rel) == rel.rstrip("/")
 
