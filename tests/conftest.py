@@ -127,6 +127,25 @@ def moto_server() -> Iterator[str]:
 
 
 @pytest.fixture
+def moto_env(moto_server, monkeypatch, tmp_path_factory):
+    """The standard AWS variables point at ``moto_server`` and nothing else leaks in (as
+    ``s3_env`` does for SeaweedFS); a boto3 client of it."""
+    import boto3  # optional: only these tests use it
+    from botocore.config import Config
+
+    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("s3sync-cache")))
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_server)
+    return boto3.client("s3", config=Config(s3={"addressing_style": "path"}))
+
+
+@pytest.fixture
 def s3_env(s3_server, monkeypatch, tmp_path_factory):
     """The standard AWS env vars point at ``s3_server`` and nothing else leaks in (inherited by
     the processes a test starts)."""

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.s3_sync.archived import check_archived
 from components.s3_sync.connection import S3Connection
 from components.s3_sync.delete_guard import PlannedDeletions, check_deletions
 from components.s3_sync.errors import S3SyncError
@@ -87,6 +88,7 @@ class DownloadJob:
         report.digest = listing_digest((ob.rel, ob.size, ob.etag) for ob in objects)
         plan = self._plan(objects, local, cache)
         report.refused, report.skipped = plan.refused, plan.skipped
+        check_archived(self.conn, self.src.bucket, self.src.uri, [t.obj for t in plan.fetch])
         if options.delete:
             existing = sum(1 for rel in local if options.selects(rel))
             check_deletions(

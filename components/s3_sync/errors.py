@@ -22,6 +22,11 @@ CREDENTIAL_HINT = (
     "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE / the credentials file)"
 )
 ENDPOINT_HINT = "check --endpoint-url / AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL"
+RESTORE_HOW = (
+    "restore each (aws s3api restore-object --bucket B --key K --restore-request Days=7) and run "
+    "again once the restore is done (minutes to hours), or copy them back to the STANDARD "
+    "storage class"
+)
 
 _CONNECT_ERRORS = ("AWS_IO_SOCKET_", "AWS_IO_DNS_", "AWS_IO_TLS_", "AWS_ERROR_HTTP_CONNECTION")
 _REJECTED_CREDENTIALS = frozenset(
@@ -131,6 +136,12 @@ def _response_error(exc: BaseException, request: FailedRequest) -> S3SyncError |
         return S3SyncError(
             f"the S3 credentials were rejected ({code}) {at} for {target}: "
             f"{CREDENTIAL_HINT}, and the region ({request.region})"
+        )
+    if code == "InvalidObjectState":  # a 403, but no permission would help
+        return S3SyncError(
+            f"{target} is archived {at} (S3 Glacier Flexible Retrieval or Deep Archive, or an "
+            "Intelligent-Tiering archive tier) and not restored: no one can read it until it is "
+            f"restored: {RESTORE_HOW}"
         )
     if code in ("AccessDenied", "403", "AllAccessDisabled") or status == 403:
         return S3SyncError(

@@ -25,6 +25,8 @@ class RemoteObject(NamedTuple):
     size: int
     etag: str
     """The ETag without its quotes."""
+    storage_class: str = ""
+    """The listing's StorageClass ("" when the server names none)."""
 
 
 def list_objects(conn: S3Connection, loc: S3Location, *, engine: str) -> list[RemoteObject]:
@@ -44,7 +46,8 @@ def _list_botocore(conn: S3Connection, loc: S3Location) -> list[RemoteObject]:
         for obj in page.get("Contents", ()):
             key = obj["Key"]
             etag = str(obj.get("ETag", "")).strip('"')
-            out.append(RemoteObject(key[len(loc.prefix) :], key, int(obj["Size"]), etag))
+            stored = str(obj.get("StorageClass") or "")
+            out.append(RemoteObject(key[len(loc.prefix) :], key, int(obj["Size"]), etag, stored))
     return out
 
 
@@ -91,11 +94,14 @@ def _crt_list_page(conn: S3Connection, loc: S3Location, token: str | None):
 def _page_objects(root, cut: int) -> list[RemoteObject]:
     encoded = root.findtext(_S3_NS + "EncodingType") == "url"
     key_tag, size_tag, etag_tag = _S3_NS + "Key", _S3_NS + "Size", _S3_NS + "ETag"
+    class_tag = _S3_NS + "StorageClass"
     out = []
     for node in root.iter(_S3_NS + "Contents"):
         key = node.findtext(key_tag) or ""
         if encoded:
             key = unquote_plus(key)
         size = int(node.findtext(size_tag) or 0)
-        out.append(RemoteObject(key[cut:], key, size, (node.findtext(etag_tag) or "").strip('"')))
+        etag = (node.findtext(etag_tag) or "").strip('"')
+        stored = node.findtext(class_tag) or ""
+        out.append(RemoteObject(key[cut:], key, size, etag, stored))
     return out

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import boto3
 import pytest
-from botocore.config import Config
 
 from components.s3_sync import sync
 from pipelines.dataset import DatasetLayoutError, inspect_dataset, stage_dataset
@@ -86,37 +84,21 @@ def test_files_the_training_skips_are_counted_and_named(s3, tmp_path: Path, stor
     assert found.metadata()["images"]["train"] == {"café": 2, "red circle": 2}
 
 
-@pytest.fixture
-def aws_like_s3(moto_server, monkeypatch, tmp_path):
-    """moto's S3 server in this test's environment: it stores what AWS S3 stores, a 1024-byte
-    key of one segment too (SeaweedFS and MinIO, file systems underneath, refuse one)."""
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path / "s3sync-cache"))
-    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN", "AWS_REGION"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_server)
-    return boto3.client("s3", config=Config(s3={"addressing_style": "path"}))
-
-
 @pytest.mark.parametrize("storage", DATA_STEPS)
 def test_a_key_no_node_can_write_is_named_and_skipped_before_training(
-    aws_like_s3, tmp_path: Path, storage: str
+    moto_env, tmp_path: Path, storage: str
 ):
     """S3 takes a name of 1024 bytes, a file system 255: 86 CJK characters are 258 bytes. Listed,
     the key passed unnoticed; staged, the write failed mid-sync (shared-volume) or on every
     training node after its start (object-store)."""
     folder = write_image_folder(tmp_path / "data", classes=("cat", "dog"), per_class=2)
     bucket = f"long-name-{storage}"
-    aws_like_s3.create_bucket(Bucket=bucket)
+    moto_env.create_bucket(Bucket=bucket)
     uri = f"s3://{bucket}/data"
     sync(str(folder), uri)
     long_name = "猫" * 86 + ".png"
     picture = next((folder / "train" / "cat").iterdir()).read_bytes()
-    aws_like_s3.put_object(Bucket=bucket, Key=f"data/train/cat/{long_name}", Body=picture)
+    moto_env.put_object(Bucket=bucket, Key=f"data/train/cat/{long_name}", Body=picture)
 
     found = DATA_STEPS[storage](uri, tmp_path)
     assert found.images["train"] == {"cat": 2, "dog": 2}  # what every node trains on

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 
-import boto3
 import pytest
-from botocore.config import Config
 
 from components.s3_sync import sync
 from components.s3_sync.selection import safe_relative_path
@@ -28,17 +26,6 @@ EVIL_KEYS = [
     "a/" + "x" * 256,  # no file system takes a name of more than 255 bytes
     "猫" * 86 + "/b",  # 258 bytes of UTF-8
 ]
-
-
-@pytest.fixture
-def moto_env(moto_server, monkeypatch, tmp_path):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_server)
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path / "cache"))
-    client = boto3.client("s3", config=Config(s3={"addressing_style": "path"}))
-    return client
 
 
 @pytest.mark.parametrize("rel", EVIL_KEYS)
