@@ -8,8 +8,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kfp.dsl import HTML, Artifact, ClassificationMetrics, Metrics
 
 from components.evaluate import EvalResult, EvaluationError, render_report, write_report
 from components.evaluate.evaluate import evaluate_into_artifacts
@@ -17,6 +19,18 @@ from components.evaluate.report import read_training_curves
 from components.s3_sync import sync
 
 IMG = re.compile(r"<img alt=['\"]([^'\"]+)['\"] src=['\"]data:image/png;base64,([A-Za-z0-9+/=]+)")
+
+
+def step_artifacts(folder: Path) -> dict[str, Any]:
+    """The evaluation step's output artifacts as KFP's executor hands them over, under
+    ``folder`` (``.path`` follows ``.uri`` for local paths)."""
+    artifacts = {
+        "metrics": Metrics(), "confusion": ClassificationMetrics(), "report": HTML(),
+        "evaluation": Artifact(),
+    }  # fmt: skip
+    for name, artifact in artifacts.items():
+        artifact.uri = str(folder / name)
+    return artifacts
 
 
 def small_result(**changes) -> EvalResult:
@@ -137,25 +151,13 @@ def test_rendering_leaves_matplotlib_global_state_alone():
 
 
 def test_evaluate_into_kfp_artifact_objects(tmp_path, colour_model, colour_data):
-    from kfp.dsl import HTML, Artifact, ClassificationMetrics, Metrics
-
-    metrics, confusion, report, evaluation = Metrics(), ClassificationMetrics(), HTML(), Artifact()
-    for artifact, name in (
-        (metrics, "metrics"), (confusion, "confusion"), (report, "report"),
-        (evaluation, "evaluation"),
-    ):  # fmt: skip
-        artifact.uri = str(tmp_path / name)  # .path follows .uri for local paths
+    artifacts = step_artifacts(tmp_path)
     passed = evaluate_into_artifacts(
-        str(colour_model),
-        str(colour_data),
-        threshold=0.5,
-        baseline_uri="",
-        tolerance=0.01,
-        metrics=metrics,
-        confusion=confusion,
-        report=report,
-        evaluation=evaluation,
-    )
+        str(colour_model), str(colour_data), threshold=0.5, baseline_uri="", tolerance=0.01,
+        **artifacts,
+    )  # fmt: skip
+    metrics, confusion, report = artifacts["metrics"], artifacts["confusion"], artifacts["report"]
+    evaluation = artifacts["evaluation"]
 
     assert passed is False
     assert metrics.metadata == {
@@ -186,16 +188,12 @@ def test_data_in_s3_with_a_class_the_model_lacks_is_named_by_its_uri(
     s3_env, tmp_path, colour_model, colour_data
 ):
     """The step downloads val/ into a temporary folder; its errors name the URI the user set."""
-    from kfp.dsl import HTML, ClassificationMetrics, Metrics
-
     bucket = s3_env.create_bucket("eval-data")
     uri = f"s3://{bucket}/colours"
     sync(str(colour_data), uri)
     image = next((colour_data / "val" / "a").iterdir())
     s3_env.client().upload_file(str(image), bucket, "colours/val/zebra/1.png")
-    artifacts = {"metrics": Metrics(), "confusion": ClassificationMetrics(), "report": HTML()}
-    for name, artifact in artifacts.items():
-        artifact.uri = str(tmp_path / name)
+    artifacts = step_artifacts(tmp_path)
     with pytest.raises(EvaluationError) as err:
         evaluate_into_artifacts(
             str(colour_model), uri, threshold=0.0, baseline_uri="", tolerance=0.01, **artifacts

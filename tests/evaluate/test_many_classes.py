@@ -16,13 +16,12 @@ import numpy as np
 import pytest
 import torch
 from google.protobuf import struct_pb2
-from kfp.dsl import HTML, Artifact, ClassificationMetrics, Metrics
 from PIL import Image
 
 from components.evaluate.confusion import SHOWN_CLASSES
 from components.evaluate.evaluate import SHOWN_SKIPPED, evaluate_into_artifacts
 from pipelines.publish import read_evaluation
-from tests.evaluate.test_evaluate_report import small_result
+from tests.evaluate.test_evaluate_report import small_result, step_artifacts
 from trainer.export import save_model
 from trainer.models import build_model
 
@@ -65,25 +64,15 @@ def test_a_thousand_class_evaluation_fits_kfp_metadata_and_keeps_everything_in_i
     tmp_path, thousand_classes
 ):
     model_dir, data_dir = thousand_classes
-    metrics, confusion, report, evaluation = Metrics(), ClassificationMetrics(), HTML(), Artifact()
-    for artifact, name in (
-        (metrics, "metrics"), (confusion, "confusion"), (report, "report"),
-        (evaluation, "evaluation"),
-    ):  # fmt: skip
-        artifact.uri = str(tmp_path / name)
+    artifacts = step_artifacts(tmp_path)
     evaluate_into_artifacts(
-        str(model_dir),
-        str(data_dir),
-        threshold=0.0,
-        baseline_uri="",
-        tolerance=0.01,
-        metrics=metrics,
-        confusion=confusion,
-        report=report,
-        evaluation=evaluation,
+        str(model_dir), str(data_dir), threshold=0.0, baseline_uri="", tolerance=0.01, **artifacts
+    )
+    confusion, report, evaluation = (
+        artifacts[name] for name in ("confusion", "report", "evaluation")
     )
 
-    sizes = {a.name: struct_bytes(a.metadata) for a in (metrics, confusion, report)}
+    sizes = {name: struct_bytes(a.metadata) for name, a in artifacts.items()}
     assert sum(sizes.values()) < MLMD_MESSAGE_CAP / 16, sizes  # all outputs in one message
     matrix = confusion.metadata["confusionMatrix"]
     assert len(matrix["annotationSpecs"]) == SHOWN_CLASSES
