@@ -19,8 +19,13 @@ the training starts from exactly what was checked (and the run's folder, its cac
 it).
 
 The weights must be the model's: the same parameter names and shapes. Only the classifier head
-may differ, in its number of classes; it is then replaced by a new one (``new head for 5
-classes (was 1000)``). Anything else is refused, naming the flag, before step 1.
+may differ, in its number of classes. Weights that name their classes (a published folder's
+model.json) keep the row of each class the run still has, by name, wherever the class now sits
+in the sorted class folders; new classes get fresh rows (``head by class name: 9 of the 10
+classes kept, new 'dog', dropped 'cats'``): a data set that gained or lost a class keeps what the
+model learnt of the others, and no class starts from another's row. Other weights get a new head
+for another number of classes (``new head for 5 classes (was 1000)``). Anything else is refused,
+naming the flag, before step 1.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import Any
 import torch
 
 from trainer.errors import ConfigError
+from trainer.model_shapes import head_parameter_names
 from trainer.tv_compat import import_torchvision
 
 IMAGENET = "imagenet"
@@ -84,6 +90,8 @@ class StartingWeights:
     """The model the weights are for, when they say it (a published folder's model.json)."""
     classes: int | None = None
     """Their number of classes, when they say it (model.json)."""
+    class_names: list[str] | None = None
+    """Their classes in the head's order, when they say it (model.json)."""
 
     def record(self) -> dict[str, str]:
         """What ``summary.json`` and ``model.json`` keep of them."""
@@ -255,7 +263,15 @@ def _read(init_from: str, found: Path, name: str, *, uri_folder: str) -> Startin
         state=_load(init_from, weights),
         arch=card.get("arch"),
         classes=card.get("num_classes"),
+        class_names=_names(card.get("class_names")),
     )
+
+
+def _names(value: Any) -> list[str] | None:
+    """A model card's class names, if it holds a list of distinct names."""
+    if isinstance(value, list) and all(isinstance(n, str) for n in value):
+        return value if len(set(value)) == len(value) else None
+    return None
 
 
 def _card(init_from: str, path: Path) -> dict[str, Any]:
@@ -310,14 +326,35 @@ def _state_dict(init_from: str, loaded: Any) -> dict[str, torch.Tensor]:
 
 @dataclass(frozen=True)
 class HeadChange:
-    """The classifier head replaced: its parameters, and the classes they had."""
+    """The classifier head changed: its parameters, and the classes they had and have.
+
+    By class name (the weights say their classes): a class of both keeps its row of the head,
+    wherever it now is; a new class gets a fresh row. Else the whole head is new."""
 
     keys: list[str]
     was: int
     now: int
+    kept: list[str] | None = None
+    """The classes whose rows were carried over by name (None: the whole head is new)."""
+    new: list[str] = field(default_factory=list)
+    """The classes the weights did not have (fresh rows)."""
+    dropped: list[str] = field(default_factory=list)
+    """The weights' classes this run does not have."""
 
     def line(self) -> str:
-        return f"new head for {self.now} classes (was {self.was})"
+        if self.kept is None:
+            return f"new head for {self.now} classes (was {self.was})"
+        parts = [f"head by class name: {len(self.kept)} of the {self.now} classes kept"]
+        if self.new:
+            parts.append(f"new {_listed(self.new)}")
+        if self.dropped:
+            parts.append(f"dropped {_listed(self.dropped)}")
+        return ", ".join(parts)
+
+
+def _listed(names: list[str], shown: int = 10) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(repr(n) for n in names[:shown]) + more
 
 
 def match(
@@ -363,16 +400,65 @@ def match(
 
 
 def load_into(
-    model: torch.nn.Module, weights: StartingWeights, *, arch: str, num_classes: int
+    model: torch.nn.Module,
+    weights: StartingWeights,
+    *,
+    arch: str,
+    num_classes: int,
+    class_names: list[str] | None = None,
 ) -> HeadChange | None:
-    """Copy ``weights`` into ``model`` (checked by ``match``); a changed head keeps the model's
-    own new initialisation."""
+    """Copy ``weights`` into ``model`` (checked by ``match``). When both name their classes
+    (``class_names``: this run's, in order) and the names differ, the head's rows follow the
+    names (:func:`head_by_name`); else a head of another size keeps the model's own new
+    initialisation."""
     change = match(model, weights, arch=arch, num_classes=num_classes)
-    skip = set(change.keys) if change else set()
     own = model.state_dict()
-    state = {k: v for k, v in weights.state.items() if k in own and k not in skip}
+    state = {k: v for k, v in weights.state.items() if k in own}
+    renamed = weights.class_names is not None and class_names not in (None, weights.class_names)
+    if renamed:
+        head = sorted(head_parameter_names(arch, num_classes) & state.keys())
+        by_name = head_by_name(own, state, head, weights.class_names or [], class_names or [])
+        if by_name is not None:
+            state.update(by_name[0])
+            change = by_name[1]
+            model.load_state_dict(state, strict=False)
+            return change
+    for key in change.keys if change else ():
+        del state[key]
     model.load_state_dict(state, strict=False)
     return change
+
+
+def head_by_name(
+    own: Mapping[str, torch.Tensor],
+    state: Mapping[str, torch.Tensor],
+    head: list[str],
+    was: list[str],
+    now: list[str],
+) -> tuple[dict[str, torch.Tensor], HeadChange] | None:
+    """The head's tensors with the rows of ``was`` moved to where ``now`` has the same class,
+    the model's own fresh rows for the new classes (None if the weights' head does not have one
+    row per name in ``was``)."""
+    if not head or any(state[key].shape[0] != len(was) for key in head):
+        return None
+    row_of = {name: row for row, name in enumerate(was)}
+    present = set(now)
+    moved = {}
+    for key in head:
+        rows = own[key].clone()
+        for row, name in enumerate(now):
+            if name in row_of:
+                rows[row] = state[key][row_of[name]]
+        moved[key] = rows
+    change = HeadChange(
+        keys=head,
+        was=len(was),
+        now=len(now),
+        kept=[n for n in now if n in row_of],
+        new=[n for n in now if n not in row_of],
+        dropped=[n for n in was if n not in present],
+    )
+    return moved, change
 
 
 def _literal_glob(name: str) -> str:

@@ -183,7 +183,8 @@ class Trainer:
 
     def start_from_weights(self) -> None:
         """``--init-from``: the starting weights copied into the fresh model (a resumed run then
-        loads its checkpoint over them), a new head for another number of classes."""
+        loads its checkpoint over them); the head's rows follow the class names, or a new head
+        for another number of classes (``trainer.init_weights``)."""
         cfg = self.cfg
         if not cfg.init_from:
             if cfg.head_epochs:
@@ -202,7 +203,11 @@ class Trainer:
         change = None
         try:
             change = load_into(
-                self.parts.model, weights, arch=cfg.model, num_classes=len(self.inputs.class_names)
+                self.parts.model,
+                weights,
+                arch=cfg.model,
+                num_classes=len(self.inputs.class_names),
+                class_names=list(self.inputs.class_names),
             )
         except ConfigError as err:
             failure = err

@@ -4,6 +4,7 @@ head for another number of classes; every refusal names the flag, before step 1.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import torch
 from tests.image_data import write_image_folder
 from tests.trainer.trainer_launch import TINY
 from trainer.errors import EXIT_CONFIG
-from trainer.init_weights import StartingWeightsError, fetch, load_into
+from trainer.init_weights import StartingWeights, StartingWeightsError, fetch, load_into
 from trainer.models import build_model
 from trainer.train import main
 from trainer.tv_compat import import_torchvision
@@ -47,7 +48,7 @@ def test_a_published_model_folder_starts_a_run_with_a_new_head_for_more_classes(
     second = _train(tmp_path, "second", "--init-from", uri, classes=("circle", "square", "stripe"))
     said = capsys.readouterr()
     assert f"weights from {uri}/weights.pt" in said.out + said.err
-    assert "new head for 3 classes (was 2)" in said.out + said.err
+    assert "head by class name: 2 of the 3 classes kept, new 'stripe'" in said.out + said.err
     digest = __import__("hashlib").sha256((first / "model" / "weights.pt").read_bytes())
     record = {"init_from": uri, "uri": f"{uri}/weights.pt", "sha256": digest.hexdigest()}
     assert json.loads((second / "summary.json").read_text())["starting_weights"] == record
@@ -275,3 +276,63 @@ def test_every_rank_stops_when_rank_0_cannot_read_the_starting_weights(tmp_path)
     codes, log = _two_ranks(tmp_path, [str(tmp_path / "nowhere"), str(first / "model")], "none")
     assert codes == [EXIT_CONFIG, EXIT_CONFIG], log
     assert "read by rank 0 for every rank" in log and "no such file or folder here" in log, log
+
+
+def _published(classes: list[str]) -> StartingWeights:
+    """Weights of a model folder that trained on ``classes`` (its model.json names them)."""
+    torch.manual_seed(1)
+    state = build_model(ARCH, len(classes)).state_dict()
+    return StartingWeights(
+        init_from="s3://models/run-1/", uri="s3://models/run-1/weights.pt", sha256="0" * 64,
+        state=state, arch=ARCH, classes=len(classes), class_names=classes,
+    )  # fmt: skip
+
+
+def test_the_head_follows_the_class_names_when_the_classes_change():
+    """A data set that gained 'apple' and lost 'zebra' keeps its count (3) and shifts every
+    class by one: the head, loaded as it was, gave each class the row of another."""
+    weights = _published(["cat", "dog", "zebra"])
+    torch.manual_seed(2)
+    model = build_model(ARCH, 3)
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}
+    change = load_into(
+        model, weights, arch=ARCH, num_classes=3, class_names=["apple", "cat", "dog"]
+    )
+    assert change is not None
+    assert (
+        change.line() == "head by class name: 2 of the 3 classes kept, new 'apple', dropped 'zebra'"
+    )
+    mine = model.state_dict()
+    assert sorted(change.keys) == ["classifier.3.bias", "classifier.3.weight"]
+    for key in change.keys:
+        assert torch.equal(mine[key][0], fresh[key][0])  # apple: the model's own fresh row
+        assert torch.equal(mine[key][1], weights.state[key][0])  # cat
+        assert torch.equal(mine[key][2], weights.state[key][1])  # dog
+    for key, tensor in weights.state.items():
+        if key not in change.keys:
+            assert torch.equal(mine[key], tensor), key
+
+
+def test_more_classes_keep_the_rows_of_those_the_weights_had():
+    weights = _published(["circle", "square"])
+    model = build_model(ARCH, 3)
+    change = load_into(
+        model, weights, arch=ARCH, num_classes=3, class_names=["circle", "square", "stripe"]
+    )
+    assert change is not None and change.line() == (
+        "head by class name: 2 of the 3 classes kept, new 'stripe'"
+    )
+    for key in change.keys:
+        assert torch.equal(model.state_dict()[key][:2], weights.state[key])
+
+
+def test_the_same_classes_load_as_they_are_and_unnamed_weights_by_their_count():
+    weights = _published(["a", "b"])
+    model = build_model(ARCH, 2)
+    assert load_into(model, weights, arch=ARCH, num_classes=2, class_names=["a", "b"]) is None
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in weights.state.items())
+    unnamed = dataclasses.replace(weights, class_names=None)  # a state dict: no names
+    change = load_into(
+        build_model(ARCH, 3), unnamed, arch=ARCH, num_classes=3, class_names=["x"] * 3
+    )
+    assert change is not None and change.line() == "new head for 3 classes (was 2)"
