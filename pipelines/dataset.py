@@ -224,9 +224,7 @@ def _classes(split: Path) -> dict[str, int]:
     for entry in sorted(os.scandir(split), key=lambda e: e.name):
         if entry.is_dir() and not entry.name.startswith("."):
             found[entry.name] = sum(
-                1
-                for f in os.scandir(entry.path)
-                if f.is_file() and f.name.lower().endswith(IMAGE_EXTENSIONS)
+                1 for f in os.scandir(entry.path) if f.is_file() and _is_image(f.name)
             )
     return found
 
@@ -238,11 +236,22 @@ def folder_layout(folder: Path) -> Layout:
         for path in (folder / split).rglob("*") if (folder / split).is_dir() else ():
             if path.is_file():
                 keys.append(path.relative_to(folder).as_posix())
+    tops = sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
     return Layout(
         splits={split: _classes(folder / split) for split in SPLITS if (folder / split).is_dir()},
-        top=sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else [],
+        top=[p.name for p in tops],
         unused=unused_files(keys),
+        unsplit=[
+            p.name
+            for p in tops
+            if p.name not in SPLITS and any(f.is_file() and _is_image(f.name) for f in p.iterdir())
+        ],
     )
+
+
+def _is_image(name: str) -> bool:
+    """An image file the training reads: an image suffix, not hidden (macOS's ``._`` files)."""
+    return name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
 
 
 def unused_files(keys: Iterable[str]) -> list[str]:
@@ -254,7 +263,7 @@ def unused_files(keys: Iterable[str]) -> list[str]:
         if parts[0] not in SPLITS or len(parts) < 2:
             continue
         name = parts[-1]
-        image = name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
+        image = _is_image(name)
         in_class = len(parts) == 3 and not parts[1].startswith(".")
         if not (image and in_class):
             unused.append(key)
@@ -267,11 +276,14 @@ def listing_layout(keys: Iterable[str]) -> Layout:
     keys = list(keys)
     splits: dict[str, dict[str, int]] = {}
     top: set[str] = set()
+    unsplit: set[str] = set()
     for key in keys:
         parts = key.split("/")
         if len(parts) < 2 or any(part.startswith(".") for part in parts):
             continue
         top.add(parts[0])
+        if parts[0] not in SPLITS and len(parts) == 2 and _is_image(parts[1]):
+            unsplit.add(parts[0])
         if parts[0] not in SPLITS or len(parts) < 3:
             continue
         classes = splits.setdefault(parts[0], {})
@@ -284,6 +296,7 @@ def listing_layout(keys: Iterable[str]) -> Layout:
         splits={k: dict(sorted(v.items())) for k, v in splits.items()},
         top=sorted(top),
         unused=unused_files(keys),
+        unsplit=sorted(unsplit),
     )
 
 
@@ -321,6 +334,9 @@ class Layout:
     """The top-level folders (named in the error when a split is missing)."""
     unused: list[str] = field(default_factory=list)
     """Files under train/ and val/ that the training skips (``unused_files``)."""
+    unsplit: list[str] = field(default_factory=list)
+    """Top-level folders besides train/ and val/ that hold images themselves: class folders of
+    a data set not yet split (named in the error when a split is missing)."""
 
     def notes(self) -> list[str]:
         """What the data step says besides the counts: the files it will skip, and the training
@@ -335,6 +351,17 @@ class Layout:
             f"{_first(self.unused, UNUSED_SHOWN)} (images are {', '.join(IMAGE_EXTENSIONS)} in "
             "<split>/<class>/)"
         ]
+
+    def _split_hint(self, root: str) -> str:
+        """How to split class folders that sit at the top (a data set as often published)."""
+        if not self.unsplit:
+            return ""
+        return (
+            f"; {_first([repr(n) for n in self.unsplit], CLASSES_SHOWN)} hold images "
+            "themselves: class folders without a train/val split. Move each to "
+            f"{root}/train/<class>/ and some of each class's images (one in five, say) to "
+            f"{root}/val/<class>/"
+        )
 
     def _unscored_note(self) -> list[str]:
         """Training classes without a val/ folder: the validation and the evaluation gate score
@@ -361,7 +388,7 @@ class Layout:
                     data_uri,
                     f"has no {split}/ folder (it has {self.top or 'nothing'}): the pipeline "
                     f"needs {root}/train/<class>/* and {root}/val/<class>/* (val/ is what the "
-                    "evaluation gate scores)",
+                    f"evaluation gate scores){self._split_hint(root)}",
                 )
         for split in SPLITS:
             classes = self.splits[split]

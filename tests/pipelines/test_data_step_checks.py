@@ -62,9 +62,11 @@ def test_two_classes_pass(s3, tmp_path: Path, storage: str):
 
 @pytest.mark.parametrize("storage", DATA_STEPS)
 def test_files_the_training_skips_are_counted_and_named(s3, tmp_path: Path, storage: str):
-    """They were skipped without a word (256 files listed, 250 used)."""
+    """They were skipped without a word (256 files listed, 250 used); a hidden image (macOS's
+    ``._`` AppleDouble files) was counted as an image of its class when staged."""
     folder = write_image_folder(tmp_path / "data", classes=("café", "red circle"), per_class=2)
     (folder / "train" / "café" / ".DS_Store").write_bytes(b"\x00")
+    (folder / "train" / "café" / "._0.png").write_bytes(b"\x00\x05\x16\x07")  # macOS, AppleDouble
     (folder / "train" / "café" / "notes.txt").write_text("not an image")
     (folder / "train" / "red circle" / "Thumbs.db").write_bytes(b"\x00")
     (folder / "val" / "café" / "deeper").mkdir()
@@ -73,14 +75,15 @@ def test_files_the_training_skips_are_counted_and_named(s3, tmp_path: Path, stor
     found = DATA_STEPS[storage](uri, tmp_path)
     assert found.unused == [
         "train/café/.DS_Store",
+        "train/café/._0.png",
         "train/café/notes.txt",
         "train/red circle/Thumbs.db",
         "val/café/deeper/x.jpg",
     ]
     lines = found.report_lines()
     assert lines[0].startswith("images per class: train/ café 2, red circle 2; val/ café ")
-    assert lines[1].startswith("4 file(s) are not images in a class folder and will be skipped")
-    assert found.metadata()["unused_files"] == 4
+    assert lines[1].startswith("5 file(s) are not images in a class folder and will be skipped")
+    assert found.metadata()["unused_files"] == 5
     assert found.metadata()["images"]["train"] == {"café": 2, "red circle": 2}
 
 
@@ -107,4 +110,26 @@ def test_a_key_no_node_can_write_is_named_and_skipped_before_training(
         f"1 key(s) cannot be files on a training node and will be skipped: 'train/cat/{long_name}'"
         " (a name longer than 255 bytes, the most a file system takes); rename them under "
         f"{uri}/ to train on them"
+    )
+
+
+@pytest.mark.parametrize("storage", DATA_STEPS)
+def test_class_folders_without_a_split_are_recognised_and_the_split_explained(
+    s3, tmp_path: Path, storage: str
+):
+    """How data sets are often published (Kaggle's flowers: daisy/, rose/, ...): the error said
+    train/ was missing and listed the folders, not that they are the classes to split."""
+    folder = tmp_path / "flowers"
+    write_image_folder(tmp_path / "split", classes=("daisy", "rose"), per_class=2)
+    (tmp_path / "split" / "train").rename(folder)
+    (folder / "LICENSE.txt").write_text("CC")
+    uri = upload(s3, folder, f"unsplit-{storage}")
+    with pytest.raises(DatasetLayoutError) as refused:
+        DATA_STEPS[storage](uri, tmp_path)
+    assert str(refused.value) == (
+        f"data_uri={uri!r}: has no train/ folder (it has ['daisy', 'rose']): the pipeline needs "
+        f"{uri}/train/<class>/* and {uri}/val/<class>/* (val/ is what the evaluation gate "
+        "scores); 'daisy', 'rose' hold images themselves: class folders without a train/val "
+        f"split. Move each to {uri}/train/<class>/ and some of each class's images (one in "
+        f"five, say) to {uri}/val/<class>/"
     )
