@@ -145,9 +145,10 @@ def _response_error(exc: BaseException, request: FailedRequest) -> S3SyncError |
         )
     if code in ("AccessDenied", "403", "AllAccessDisabled") or status == 403:
         return S3SyncError(
-            f"access denied to {target} {at} ({code or status}): check that the credentials' "
-            "policy allows s3:ListBucket, s3:GetObject, s3:PutObject (and s3:DeleteObject for "
-            f"--delete) on it; {CREDENTIAL_HINT}"
+            f"access denied to {target} {at} ({code or status}){_said(message)}: check that the "
+            "credentials' policy allows s3:ListBucket, s3:GetObject, s3:PutObject (and "
+            "s3:DeleteObject for --delete) on it, and kms:Decrypt / kms:GenerateDataKey on the "
+            f"bucket's KMS key if it has one; {CREDENTIAL_HINT}"
         )
     if code in ("PermanentRedirect", "301"):
         return S3SyncError(
@@ -164,6 +165,17 @@ def _response_error(exc: BaseException, request: FailedRequest) -> S3SyncError |
             "re-run the sync"
         )
     return S3SyncError(f"S3 error {code or status} for {target} {at}: {message}")
+
+
+def _said(message: str) -> str:
+    """S3's own words when they say more than "Access Denied": AWS names the action and the
+    policy that denied it (``not authorized to perform: kms:Decrypt ...``)."""
+    words = message.strip()
+    generic = words.rstrip(".").lower() in ("", "access denied", "forbidden")
+    library = words.startswith("An error occurred (") or "AWS_ERROR_" in words  # no Message
+    if generic or library:
+        return ""
+    return f": S3 says {words!r}"
 
 
 def _other_error(exc: BaseException, request: FailedRequest) -> S3SyncError:

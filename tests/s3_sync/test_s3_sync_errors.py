@@ -8,8 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from botocore.exceptions import ClientError
 
 from components.s3_sync import S3SyncError, sync
+from components.s3_sync.errors import translate
 from kfp_ddp.free_ports import free_port
 from kfp_ddp.local_s3 import LocalS3Server
 
@@ -119,3 +121,29 @@ def test_cli_bad_arguments_exit_2(tmp_path):
     assert proc.returncode == 2 and "exactly one side" in proc.stderr
     proc = _cli("s3://b/x")
     assert proc.returncode == 2
+
+
+def test_access_denied_carries_what_s3_said_beyond_access_denied():
+    """AWS names the action and policy that denied a request: with SSE-KMS, kms:Decrypt, which
+    no s3: permission gives. The message said only to check the s3: permissions."""
+    said = (
+        "User: arn:aws:sts::123456789012:assumed-role/trainer/pod is not authorized to perform: "
+        "kms:Decrypt on resource: arn:aws:kms:eu-west-1:123456789012:key/1234 because no "
+        "identity-based policy allows the kms:Decrypt action"
+    )
+    denied = ClientError(
+        {
+            "Error": {"Code": "AccessDenied", "Message": said},
+            "ResponseMetadata": {"HTTPStatusCode": 403},
+        },
+        "GetObject",
+    )
+    message = str(translate(denied, endpoint="https://s3.eu-west-1.amazonaws.com",
+                            region="eu-west-1", bucket="data", key="cats/1.jpg"))  # fmt: skip
+    assert message.startswith("access denied to s3://data/cats/1.jpg at endpoint ")
+    assert f"(AccessDenied): S3 says {said!r}: check that" in message
+    assert "kms:Decrypt / kms:GenerateDataKey on the bucket's KMS key" in message
+    plain = ClientError(
+        {"Error": {"Code": "AccessDenied", "Message": "Access Denied."}}, "ListObjectsV2"
+    )
+    assert "S3 says" not in str(translate(plain, endpoint="e", region="r", bucket="b"))
