@@ -22,3 +22,9 @@ IMAGE_EXTENSIONS = (
     ".pgm",
 )
 """Lower-case suffixes of the image files, with their dot."""
+
+
+def is_image_file(name: str) -> bool:
+    """Whether the training reads file ``name``: an image suffix, and not hidden (macOS's
+    ``._IMG_1.jpg`` AppleDouble files, ``.DS_Store``)."""
+    return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)

@@ -36,7 +36,7 @@ from components.s3_sync import staging
 from components.s3_sync.api import sync
 from components.s3_sync.s3_uri import is_s3_uri, parse_s3_uri
 from components.s3_sync.selection import path_problem
-from kfp_ddp.image_files import IMAGE_EXTENSIONS
+from kfp_ddp.image_files import IMAGE_EXTENSIONS, is_image_file
 from pipelines.parameter_errors import ParameterError
 
 SPLITS = ("train", "val")
@@ -224,7 +224,7 @@ def _classes(split: Path) -> dict[str, int]:
     for entry in sorted(os.scandir(split), key=lambda e: e.name):
         if entry.is_dir() and not entry.name.startswith("."):
             found[entry.name] = sum(
-                1 for f in os.scandir(entry.path) if f.is_file() and _is_image(f.name)
+                1 for f in os.scandir(entry.path) if f.is_file() and is_image_file(f.name)
             )
     return found
 
@@ -244,14 +244,10 @@ def folder_layout(folder: Path) -> Layout:
         unsplit=[
             p.name
             for p in tops
-            if p.name not in SPLITS and any(f.is_file() and _is_image(f.name) for f in p.iterdir())
+            if p.name not in SPLITS
+            and any(f.is_file() and is_image_file(f.name) for f in p.iterdir())
         ],
     )
-
-
-def _is_image(name: str) -> bool:
-    """An image file the training reads: an image suffix, not hidden (macOS's ``._`` files)."""
-    return name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
 
 
 def unused_files(keys: Iterable[str]) -> list[str]:
@@ -263,7 +259,7 @@ def unused_files(keys: Iterable[str]) -> list[str]:
         if parts[0] not in SPLITS or len(parts) < 2:
             continue
         name = parts[-1]
-        image = _is_image(name)
+        image = is_image_file(name)
         in_class = len(parts) == 3 and not parts[1].startswith(".")
         if not (image and in_class):
             unused.append(key)
@@ -282,13 +278,13 @@ def listing_layout(keys: Iterable[str]) -> Layout:
         if len(parts) < 2 or any(part.startswith(".") for part in parts):
             continue
         top.add(parts[0])
-        if parts[0] not in SPLITS and len(parts) == 2 and _is_image(parts[1]):
+        if parts[0] not in SPLITS and len(parts) == 2 and is_image_file(parts[1]):
             unsplit.add(parts[0])
         if parts[0] not in SPLITS or len(parts) < 3:
             continue
         classes = splits.setdefault(parts[0], {})
         classes.setdefault(parts[1], 0)
-        if len(parts) == 3 and parts[2].lower().endswith(IMAGE_EXTENSIONS):
+        if len(parts) == 3 and is_image_file(parts[2]):
             classes[parts[1]] += 1
     for split in top & set(SPLITS):
         splits.setdefault(split, {})

@@ -34,7 +34,7 @@ from tests.node_scheduling import (
     is_node_test,
     uses_a_plane,
 )
-from tests.s3_env import use_s3_server
+from tests.s3_env import use_s3_server, use_s3_variables
 
 pytest_plugins = [
     "pytester",
@@ -133,15 +133,13 @@ def moto_env(moto_server, monkeypatch, tmp_path_factory):
     import boto3  # optional: only these tests use it
     from botocore.config import Config
 
-    monkeypatch.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("s3sync-cache")))
-    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN", "AWS_REGION"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_server)
+    variables = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL_S3": moto_server,
+    }
+    use_s3_variables(monkeypatch, variables, tmp_path_factory.mktemp("s3sync-cache"))
     return boto3.client("s3", config=Config(s3={"addressing_style": "path"}))
 
 

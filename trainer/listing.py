@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from kfp_ddp.image_files import IMAGE_EXTENSIONS
+from kfp_ddp.image_files import IMAGE_EXTENSIONS, is_image_file
 from trainer.errors import DataError
 from trainer.randomness import derive_seed  # imports torch, which trainer.prepare needs not
 
@@ -122,11 +122,7 @@ def _class_folders(split_dir: Path) -> list[str]:
 def _image_names(folder: Path) -> list[str]:
     """Image file names in ``folder``, sorted; ``is_file()`` stats only where d_type is unknown."""
     names = [
-        entry.name
-        for entry in _entries(folder)
-        if not entry.name.startswith(".")
-        and os.path.splitext(entry.name)[1].lower() in IMAGE_EXTENSIONS
-        and entry.is_file()
+        entry.name for entry in _entries(folder) if is_image_file(entry.name) and entry.is_file()
     ]
     if not names:
         raise DataError(
