@@ -36,6 +36,7 @@ from components.s3_sync import staging
 from components.s3_sync.api import sync
 from components.s3_sync.s3_uri import is_s3_uri, parse_s3_uri
 from components.s3_sync.selection import path_problem
+from kfp_ddp.class_names import class_key, twins_problem
 from kfp_ddp.image_files import IMAGE_EXTENSIONS, is_image_file
 from pipelines.parameter_errors import ParameterError
 
@@ -364,7 +365,8 @@ class Layout:
         the model on the other classes (these have support 0), which the user should know
         before the training rather than read in the report after it."""
         train, val = self.splits.get("train", {}), self.splits.get("val", {})
-        unscored = [repr(name) for name in train if name not in val]
+        scored = {class_key(name) for name in val}
+        unscored = [repr(name) for name in train if class_key(name) not in scored]
         if not unscored or not val:
             return []
         return [
@@ -396,7 +398,12 @@ class Layout:
                     f"{split}/ has {what} ({self.counts()}); each class needs a folder of "
                     f"images (.png, .jpg, ...) under {root}/{split}/<class>/",
                 )
-        unknown = sorted(set(self.splits["val"]) - set(self.splits["train"]))
+        for split in SPLITS:
+            twins = twins_problem(self.splits[split])
+            if twins:
+                raise DatasetLayoutError(data_uri, f"{split}/: {twins} ({self.counts()})")
+        trained = {class_key(name) for name in self.splits["train"]}
+        unknown = sorted(name for name in self.splits["val"] if class_key(name) not in trained)
         if unknown:
             raise DatasetLayoutError(
                 data_uri,

@@ -154,6 +154,6 @@ def without(listing: ImageListing, bad: list[BadImage], data_dir: Path) -> Image
     keep = [
         i
         for i in range(len(listing))
-        if os.path.join(root, listing.class_names[listing.label(i)], listing.name(i)) not in keys
+        if os.path.join(root, listing.folder(listing.label(i)), listing.name(i)) not in keys
     ]
     return listing if len(keep) == len(listing) else listing.select(keep)

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from kfp_ddp.class_names import class_key
 from trainer.errors import ConfigError
 from trainer.model_shapes import head_parameter_names
 from trainer.tv_compat import import_torchvision
@@ -414,7 +415,11 @@ def load_into(
     change = match(model, weights, arch=arch, num_classes=num_classes)
     own = model.state_dict()
     state = {k: v for k, v in weights.state.items() if k in own}
-    renamed = weights.class_names is not None and class_names not in (None, weights.class_names)
+    renamed = (
+        weights.class_names is not None
+        and class_names is not None
+        and [class_key(n) for n in class_names] != [class_key(n) for n in weights.class_names]
+    )
     if renamed:
         head = sorted(head_parameter_names(arch, num_classes) & state.keys())
         by_name = head_by_name(own, state, head, weights.class_names or [], class_names or [])
@@ -441,22 +446,22 @@ def head_by_name(
     row per name in ``was``)."""
     if not head or any(state[key].shape[0] != len(was) for key in head):
         return None
-    row_of = {name: row for row, name in enumerate(was)}
-    present = set(now)
+    row_of = {class_key(name): row for row, name in enumerate(was)}  # either spelling
+    present = {class_key(name) for name in now}
     moved = {}
     for key in head:
         rows = own[key].clone()
         for row, name in enumerate(now):
-            if name in row_of:
-                rows[row] = state[key][row_of[name]]
+            if class_key(name) in row_of:
+                rows[row] = state[key][row_of[class_key(name)]]
         moved[key] = rows
     change = HeadChange(
         keys=head,
         was=len(was),
         now=len(now),
-        kept=[n for n in now if n in row_of],
-        new=[n for n in now if n not in row_of],
-        dropped=[n for n in was if n not in present],
+        kept=[n for n in now if class_key(n) in row_of],
+        new=[n for n in now if class_key(n) not in row_of],
+        dropped=[n for n in was if class_key(n) not in present],
     )
     return moved, change
 

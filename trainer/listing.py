@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from kfp_ddp.class_names import class_key, twins_problem
 from kfp_ddp.image_files import IMAGE_EXTENSIONS, is_image_file
 from trainer.errors import DataError
 from trainer.randomness import derive_seed  # imports torch, which trainer.prepare needs not
@@ -51,6 +52,10 @@ class ImageListing:
     """int64, one longer than the listing: name ``i`` is ``names[offsets[i]:offsets[i + 1]]``."""
     labels: np.ndarray
     """int32: the class index of each image."""
+    folders: tuple[str, ...] = ()
+    """The class folders' names on this disk where one is spelt otherwise than its class (a val/
+    folder in Unicode NFD, uploaded from a Mac, of a class trained in NFC:
+    ``kfp_ddp.class_names``); empty when each folder is named as its class."""
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -62,10 +67,13 @@ class ImageListing:
     def label(self, index: int) -> int:
         return int(self.labels[index])
 
+    def folder(self, label: int) -> str:
+        """The folder of class ``label``'s images, in ``root``."""
+        return (self.folders or self.class_names)[label]
+
     def path(self, index: int) -> str:
         """The file's path on this machine."""
-        folder = self.class_names[int(self.labels[index])]
-        return os.path.join(self.root, folder, self.name(index))
+        return os.path.join(self.root, self.folder(self.label(index)), self.name(index))
 
     def items(self) -> list[tuple[Path, int]]:
         """``(path, label)`` pairs (for small callers; a big listing stays in its arrays)."""
@@ -81,18 +89,24 @@ class ImageListing:
         # Byte k of selected name j comes from starts[j] + (k - offsets[j]): one gather.
         source = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
         names = self.names[source]
-        return ImageListing(self.root, self.class_names, names, offsets, self.labels[indices])
+        labels = self.labels[indices]
+        return ImageListing(self.root, self.class_names, names, offsets, labels, self.folders)
 
     @classmethod
     def from_names(
-        cls, root: Path, class_names: Sequence[str], names: Sequence[str], labels: Sequence[int]
+        cls,
+        root: Path,
+        class_names: Sequence[str],
+        names: Sequence[str],
+        labels: Sequence[int],
+        folders: Sequence[str] = (),
     ) -> ImageListing:
         encoded = [os.fsencode(name) for name in names]
         offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(name) for name in encoded], out=offsets[1:])
         blob = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
         label_array = np.asarray(labels, dtype=np.int32).reshape(-1)
-        return cls(Path(root), tuple(class_names), blob, offsets, label_array)
+        return cls(Path(root), tuple(class_names), blob, offsets, label_array, tuple(folders))
 
 
 # -------------------------------------------------------------------------------------- listing
@@ -141,20 +155,29 @@ def scan_split(split_dir: Path, class_names: Sequence[str] | None = None) -> Ima
     """
     split_dir = Path(split_dir)
     folders = _class_folders(split_dir)
+    twins = twins_problem(folders)
+    if twins:
+        raise DataError(f"{split_dir}: {twins}")
     names = list(folders) if class_names is None else list(class_names)
-    label_of = {name: i for i, name in enumerate(names)}
+    label_of = {class_key(name): i for i, name in enumerate(names)}  # either spelling's class
+    on_disk = list(names)
     files: list[str] = []
     labels: list[int] = []
     for folder in folders:
-        if folder not in label_of:
+        label = label_of.get(class_key(folder))
+        if label is None:
             raise DataError(
                 f"class folder {split_dir / folder} is not one of the training classes {names}; "
                 "remove it or add the class to the training data"
             )
+        on_disk[label] = folder
         found = _image_names(split_dir / folder)
         files.extend(found)
-        labels.extend([label_of[folder]] * len(found))
-    return ImageListing.from_names(split_dir, names, files, labels)
+        labels.extend([label] * len(found))
+    spelt_otherwise = on_disk != names
+    return ImageListing.from_names(
+        split_dir, names, files, labels, on_disk if spelt_otherwise else ()
+    )
 
 
 def list_images(
@@ -221,6 +244,8 @@ def encode_splits(splits: Splits | None, error: str | None = None) -> bytes:
             "class_names": list(splits.train.class_names),
             "train_folder": splits.train.root.name,
             "val_folder": splits.val.root.name,
+            "train_class_folders": list(splits.train.folders),
+            "val_class_folders": list(splits.val.folders),
         }
         for part, listing in (("train", splits.train), ("val", splits.val)):
             arrays |= {
@@ -248,6 +273,7 @@ def decode_splits(blob: bytes, data_dir: Path) -> Splits:
                 arrays[f"{part}_names"],
                 arrays[f"{part}_offsets"],
                 arrays[f"{part}_labels"],
+                tuple(header[f"{part}_class_folders"]),
             )
             for part in ("train", "val")
         )

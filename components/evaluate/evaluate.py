@@ -28,6 +28,7 @@ from components.evaluate.report import write_report
 from components.evaluate.scoring import ScoreAccumulator
 from components.s3_sync import sync
 from kfp_ddp.atomic_files import write_json_atomic
+from kfp_ddp.class_names import class_key
 
 if TYPE_CHECKING:
     import torch
@@ -215,10 +216,12 @@ def _check_classes(model_classes: Sequence[str], found: Sequence[str], split_dir
     """Refuse class folders the model does not know. A class of the model's may have no folder
     (a split without images of a rare class): it is scored with support 0, as the trainer's own
     validation scores it, and the data step names it before training."""
-    unexpected = sorted(set(found) - set(model_classes))
+    known = {class_key(name) for name in model_classes}
+    unexpected = sorted(name for name in found if class_key(name) not in known)
     if not unexpected:
         return
-    missing = sorted(set(model_classes) - set(found))
+    present = {class_key(name) for name in found}
+    missing = sorted(name for name in model_classes if class_key(name) not in present)
     renamed = f"; and no folder for {missing}" if missing else ""
     raise EvaluationError(
         f"class folders under {split_dir} that are not among the model's class_names: "
@@ -318,8 +321,8 @@ def evaluate(
     readable = readable_split(split_dir, model_dir)
     samples, found_classes = readable.listing.items(), list(readable.listing.class_names)
     _check_classes(class_names, found_classes, split_dir)
-    index_of = {name: i for i, name in enumerate(class_names)}
-    samples = [(path, index_of[found_classes[target]]) for path, target in samples]
+    index_of = {class_key(name): i for i, name in enumerate(class_names)}  # either spelling
+    samples = [(path, index_of[class_key(found_classes[target])]) for path, target in samples]
 
     transform = eval_transform(
         int(model_config["image_size"]), model_config["mean"], model_config["std"]

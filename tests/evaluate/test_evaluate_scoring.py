@@ -89,6 +89,19 @@ def test_class_folders_are_matched_by_name_not_position(tmp_path, colour_data):
     assert result.support == list(reversed(SUPPORT))
 
 
+def test_a_class_folder_spelt_in_nfd_is_the_models_nfc_class(tmp_path, colour_data):
+    """A model trained on 'café' from Linux (NFC), scored on a val/ uploaded from a Mac (NFD)."""
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    model = write_colour_model(tmp_path / "model", (nfc, *CLASSES[1:]))
+    data = tmp_path / "data"
+    shutil.copytree(colour_data, data)
+    (data / "val" / CLASSES[0]).rename(data / "val" / nfd)
+
+    result = evaluate(model, data, device="cpu")
+    assert result.class_names == [nfc, *CLASSES[1:]]
+    assert (result.confusion, result.support, result.accuracy) == (CONFUSION, SUPPORT, ACCURACY)
+
+
 def test_class_mismatch_is_a_clear_error(tmp_path, colour_model, colour_data):
     data = tmp_path / "data"
     shutil.copytree(colour_data, data)

@@ -113,6 +113,26 @@ def test_a_bad_layout_fails_the_listing_naming_the_uri(s3, tmp_path: Path):
         inspect_dataset(uri)
 
 
+CAFE_NFC, CAFE_NFD = "caf\u00e9", "cafe\u0301"  # 'café' composed (Linux) and decomposed (macOS)
+
+
+def test_a_class_uploaded_from_a_mac_is_the_class_it_reads_as(s3, tmp_path: Path):
+    """val/ uploaded from a Mac (S3 keys in NFD) of a class whose train/ came from Linux (NFC) is
+    that class; one split holding both spellings is refused, naming both."""
+    folder = write_image_folder(tmp_path / "data", classes=(CAFE_NFC, "tea"), per_class=2)
+    (folder / "val" / CAFE_NFC).rename(folder / "val" / CAFE_NFD)
+    listed = inspect_dataset(upload(s3, folder, "mac-val"))
+    assert listed.classes == 2 and not listed.notes  # no class unscored, nothing refused
+
+    (folder / "train" / CAFE_NFD).mkdir()
+    (folder / "train" / CAFE_NFD / "x.png").write_bytes(next(folder.rglob("*.png")).read_bytes())
+    with pytest.raises(DatasetLayoutError) as refused:
+        inspect_dataset(upload(s3, folder, "both-spellings"))
+    assert f"train/: class folders {CAFE_NFD!r} (NFD) and {CAFE_NFC!r} (NFC) are one name " in str(
+        refused.value
+    )
+
+
 def test_data_that_changed_since_the_listing_is_not_staged(s3, tmp_path: Path):
     folder = write_image_folder(tmp_path / "data", per_class=3)
     uri = upload(s3, folder, "changing")

@@ -313,6 +313,25 @@ def test_the_head_follows_the_class_names_when_the_classes_change():
             assert torch.equal(mine[key], tensor), key
 
 
+def test_a_class_name_spelt_otherwise_keeps_its_row():
+    """A model published from a data set uploaded from Linux ('café' in NFC), warm-started on one
+    uploaded from a Mac (NFD): the same class, not a new one and a dropped one."""
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    weights = _published(["apple", nfc, "tea"])
+    model = build_model(ARCH, 3)
+    same = load_into(model, weights, arch=ARCH, num_classes=3, class_names=["apple", nfd, "tea"])
+    assert same is None  # loaded as it is
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in weights.state.items())
+
+    model = build_model(ARCH, 3)
+    change = load_into(model, weights, arch=ARCH, num_classes=3, class_names=[nfd, "kiwi", "tea"])
+    assert change is not None and change.line() == (
+        "head by class name: 2 of the 3 classes kept, new 'kiwi', dropped 'apple'"
+    )
+    for key in change.keys:
+        assert torch.equal(model.state_dict()[key][0], weights.state[key][1])  # café
+
+
 def test_more_classes_keep_the_rows_of_those_the_weights_had():
     weights = _published(["circle", "square"])
     model = build_model(ARCH, 3)

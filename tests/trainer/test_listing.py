@@ -136,6 +136,32 @@ def test_the_broadcast_blob_round_trips_and_carries_errors(tmp_path, image_folde
         decode_splits(encode_splits(None, error="no class folders in /x"), other_root)
 
 
+CAFE_NFC, CAFE_NFD = "caf\u00e9", "cafe\u0301"  # 'café' composed (Linux) and decomposed (macOS)
+
+
+def test_a_val_folder_spelt_in_nfd_is_its_nfc_training_class(tmp_path):
+    """val/ uploaded from a Mac (NFD) of a class trained from Linux (NFC): the same class, read
+    from its own folder, on every rank (the broadcast carries the folder's spelling)."""
+    root = write_image_folder(tmp_path / "d", classes=(CAFE_NFC, "tea"), val_per_class=2)
+    (root / "val" / CAFE_NFC).rename(root / "val" / CAFE_NFD)
+
+    splits = load_splits(root, val_fraction=0.1, seed=0)
+    assert splits.class_names == [CAFE_NFC, "tea"]
+    for copy in (splits, decode_splits(encode_splits(splits), root)):
+        paths = [path for path, label in copy.val.items() if label == 0]
+        assert len(paths) == 2 and all(p.parent.name == CAFE_NFD and p.is_file() for p in paths)
+    assert splits.train.folders == ()  # each folder named as its class
+
+
+def test_one_class_spelt_two_ways_is_refused_naming_both(tmp_path):
+    root = write_image_folder(tmp_path / "d", classes=(CAFE_NFC, CAFE_NFD, "tea"), per_class=2)
+    with pytest.raises(DataError) as refused:
+        load_splits(root, val_fraction=0.1, seed=0)
+    said = str(refused.value)
+    assert f"{root / 'train'}: class folders {CAFE_NFD!r} (NFD) and {CAFE_NFC!r} (NFC) are " in said
+    assert "they would train as two classes" in said and "move the images of one into" in said
+
+
 # ----------------------------------------------------------------------------- two real ranks
 def _rank_main(rank: int, port: int, data_dirs: list[str], out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
