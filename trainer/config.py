@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -417,7 +418,7 @@ def _in_range(
     value = getattr(cfg, name)
     too_low = value <= low if open_low else value < low
     too_high = high is not None and (value >= high if open_high else value > high)
-    if too_low or too_high or value != value:  # value != value: NaN
+    if too_low or too_high or not math.isfinite(value):  # NaN, and inf where no bound stops it
         raise ConfigError(f"{flag(name)} {value!r} is out of range; it must be {allowed}")
 
 

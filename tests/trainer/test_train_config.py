@@ -29,6 +29,8 @@ def data(tmp_path) -> Path:
         ({"precision": "fp8"}, ["--precision", "'fp8'", "fp32, bf16, fp16"]),
         ({"optimizer": "lamb"}, ["--optimizer", "'lamb'", "sgd, adamw"]),
         ({"lr": -1.0}, ["--lr", "-1.0", "positive"]),
+        ({"lr": float("inf")}, ["--lr", "inf", "positive"]),  # every step's update is inf
+        ({"collective_timeout_s": float("inf")}, ["--collective-timeout-s", "inf", "seconds"]),
         ({"label_smoothing": 1.0}, ["--label-smoothing", "1.0", "[0, 1)"]),
         ({"val_fraction": 0.0}, ["--val-fraction", "0.0", "(0, 1)"]),
         ({"model": "resnet9000"}, ["--model", "'resnet9000'", "resnet18"]),
