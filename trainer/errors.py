@@ -8,6 +8,7 @@ EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_DATA = 3
 EXIT_STORAGE = 4
+EXIT_MEMORY = 5
 EXIT_SIGTERM = 143  # 128 + SIGTERM
 EXIT_PEER_LOST = 200
 """Another rank died or hung (a collective failed or timed out): retryable, a restart of the
@@ -50,3 +51,10 @@ class StorageError(TrainerError, RuntimeError):
     """
 
     exit_code = EXIT_STORAGE
+
+
+class OutOfMemory(TrainerError, RuntimeError):
+    """A process ran out of its GPU's or its node's memory (exit 5). Permanent: a restart with
+    the same batch and images needs the same memory; the message names the settings to lower."""
+
+    exit_code = EXIT_MEMORY

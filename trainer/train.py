@@ -35,6 +35,7 @@ from trainer.errors import (
 from trainer.flags import parse_flags
 from trainer.loop import Trainer
 from trainer.model_shapes import check_model_input
+from trainer.out_of_memory import is_out_of_memory, out_of_memory
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +54,7 @@ def run_training(config: TrainConfig, environ: typing.Mapping[str, str] = os.env
     """Train with ``config`` in this process's role of the job; never leaves a process group."""
     stop = StopRequest()
     stop.install()
+    device = None  # until select_device picks it
     try:
         env = dist_env_from(environ)
         device = select_device(config, env, environ)
@@ -68,6 +70,11 @@ def run_training(config: TrainConfig, environ: typing.Mapping[str, str] = os.env
             _report_to_torchrun(err, environ)
         return err.exit_code
     except RuntimeError as err:  # torch.distributed.DistError is one
+        if is_out_of_memory(err):
+            oom = out_of_memory(err, config, device)
+            _error(oom)
+            _report_to_torchrun(oom, environ)
+            return oom.exit_code
         if not lost_peer(err):
             raise
         _error(
