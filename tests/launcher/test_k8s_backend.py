@@ -307,6 +307,8 @@ def test_failure_names_the_failing_pod_reason_events_and_log_tail(k8s, api):
         run(k8s, spec(k8s, api), None, failing_node(api))
     message = str(err.value)
     assert f"({replica(api, 1)}): {FAILURE[api]}" in message, message
+    if "OOMKilled" in FAILURE[api]:
+        assert "killed the trainer for memory" in message and "raise memory_request" in message
     assert "BackOff: Back-off restarting failed container" in message
     assert "node 1 line 29" in message and "node 1 line 9" not in message  # the last 20 lines
     result = err.value.result

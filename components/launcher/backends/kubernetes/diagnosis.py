@@ -35,6 +35,13 @@ OWN_DISK_EVICTION = re.compile(
 )
 """The kubelet's words when it evicts a pod for what the pod itself wrote to the node's disk (not
 for a node short of disk: "The node was low on resource", which another node may not be)."""
+MEMORY_HINT = (
+    "the kernel killed the trainer for memory: more than its container's limit (a LimitRange's "
+    "default where memory_request sets none) or than the node had free; lower batch_size or "
+    "image_size (each process holds a batch's activations, each DataLoader worker its batches), "
+    "or raise memory_request"
+)
+"""Said with an OOMKilled container: what uses a node's memory and which settings change it."""
 DISK_HINT = (
     "the node's disk: the pod wrote more than its volume's sizeLimit or its ephemeral-storage "
     f"limit allows; the staging volume is the data set + checkpoint_space, /tmp "
@@ -71,6 +78,8 @@ def pod_problem(pod: Any, container: str) -> PodProblem:
             if terminated is not None and terminated.exit_code:
                 reason = terminated.reason or "Error"
                 text = f"{reason} (exit code {terminated.exit_code}){when}"
+                if reason == "OOMKilled":
+                    text += f": {MEMORY_HINT}"
                 # SIGTERM (143): stopped by the cluster — often because another pod failed and
                 # its Job's pods were deleted; a crash elsewhere is the likelier cause.
                 severity = 2 if terminated.exit_code == SIGTERM_EXIT else 3
