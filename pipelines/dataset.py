@@ -37,7 +37,7 @@ from components.s3_sync.api import sync
 from components.s3_sync.s3_uri import is_s3_uri, parse_s3_uri
 from components.s3_sync.selection import path_problem
 from kfp_ddp.class_names import class_key, twins_problem
-from kfp_ddp.image_files import IMAGE_EXTENSIONS, is_image_file
+from kfp_ddp.image_files import IMAGE_EXTENSIONS, class_images, is_class_image, is_image_file
 from pipelines.parameter_errors import ParameterError
 
 SPLITS = ("train", "val")
@@ -220,13 +220,11 @@ def inspect_dataset(data_uri: str, *, endpoint_url: str | None = None) -> Listed
 
 
 def _classes(split: Path) -> dict[str, int]:
-    """Class folder → number of images in it."""
+    """Class folder → number of images in it (``class_images``: its sub-folders' too)."""
     found = {}
     for entry in sorted(os.scandir(split), key=lambda e: e.name):
         if entry.is_dir() and not entry.name.startswith("."):
-            found[entry.name] = sum(
-                1 for f in os.scandir(entry.path) if f.is_file() and is_image_file(f.name)
-            )
+            found[entry.name] = sum(1 for _ in class_images(entry.path))
     return found
 
 
@@ -253,16 +251,13 @@ def folder_layout(folder: Path) -> Layout:
 
 def unused_files(keys: Iterable[str]) -> list[str]:
     """The keys under train/ and val/ that the training does not read: not an image by their
-    extension, hidden (``.DS_Store``), or not directly in a class folder."""
+    extension, hidden (``.DS_Store``), not in a class folder, or in a hidden folder."""
     unused = []
     for key in keys:
         parts = key.split("/")
         if parts[0] not in SPLITS or len(parts) < 2:
             continue
-        name = parts[-1]
-        image = is_image_file(name)
-        in_class = len(parts) == 3 and not parts[1].startswith(".")
-        if not (image and in_class):
+        if not is_class_image(parts[1:]):
             unused.append(key)
     return sorted(unused)
 
@@ -285,7 +280,7 @@ def listing_layout(keys: Iterable[str]) -> Layout:
             continue
         classes = splits.setdefault(parts[0], {})
         classes.setdefault(parts[1], 0)
-        if len(parts) == 3 and is_image_file(parts[2]):
+        if is_class_image(parts[1:]):
             classes[parts[1]] += 1
     for split in top & set(SPLITS):
         splits.setdefault(split, {})
@@ -346,7 +341,7 @@ class Layout:
         return [
             f"{len(self.unused)} file(s) are not images in a class folder and will be skipped: "
             f"{_first(self.unused, UNUSED_SHOWN)} (images are {', '.join(IMAGE_EXTENSIONS)} in "
-            "<split>/<class>/)"
+            "<split>/<class>/ or its sub-folders)"
         ]
 
     def _split_hint(self, root: str) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from kfp_ddp.class_names import class_key, twins_problem
-from kfp_ddp.image_files import IMAGE_EXTENSIONS, is_image_file
+from kfp_ddp.image_files import IMAGE_EXTENSIONS, class_images
 from trainer.errors import DataError
 from trainer.randomness import derive_seed  # imports torch, which trainer.prepare needs not
 
@@ -47,7 +47,8 @@ class ImageListing:
     class_names: tuple[str, ...]
     """Class folder names; a label indexes this tuple."""
     names: np.ndarray
-    """uint8: the file names (relative to their class folder, file-system encoded), concatenated."""
+    """uint8: the file names (their paths relative to their class folder, file-system encoded),
+    concatenated."""
     offsets: np.ndarray
     """int64, one longer than the listing: name ``i`` is ``names[offsets[i]:offsets[i + 1]]``."""
     labels: np.ndarray
@@ -134,10 +135,13 @@ def _class_folders(split_dir: Path) -> list[str]:
 
 
 def _image_names(folder: Path) -> list[str]:
-    """Image file names in ``folder``, sorted; ``is_file()`` stats only where d_type is unknown."""
-    names = [
-        entry.name for entry in _entries(folder) if is_image_file(entry.name) and entry.is_file()
-    ]
+    """The images of class folder ``folder`` (``kfp_ddp.image_files.class_images``: its
+    sub-folders' too), by their paths relative to it, sorted; ``is_file()`` stats only where
+    d_type is unknown."""
+    try:
+        names = sorted(class_images(folder))
+    except OSError as err:
+        raise DataError(f"cannot list {folder}: {err}") from err
     if not names:
         raise DataError(
             f"class folder {folder} has no images ({', '.join(IMAGE_EXTENSIONS)}); "

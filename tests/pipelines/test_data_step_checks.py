@@ -69,8 +69,8 @@ def test_files_the_training_skips_are_counted_and_named(s3, tmp_path: Path, stor
     (folder / "train" / "café" / "._0.png").write_bytes(b"\x00\x05\x16\x07")  # macOS, AppleDouble
     (folder / "train" / "café" / "notes.txt").write_text("not an image")
     (folder / "train" / "red circle" / "Thumbs.db").write_bytes(b"\x00")
-    (folder / "val" / "café" / "deeper").mkdir()
-    (folder / "val" / "café" / "deeper" / "x.jpg").write_bytes(b"\xff\xd8")
+    (folder / "val" / "café" / ".ipynb_checkpoints").mkdir()  # a hidden folder's image
+    (folder / "val" / "café" / ".ipynb_checkpoints" / "x.jpg").write_bytes(b"\xff\xd8")
     uri = upload(s3, folder, f"clutter-{storage}")
     found = DATA_STEPS[storage](uri, tmp_path)
     assert found.unused == [
@@ -78,7 +78,7 @@ def test_files_the_training_skips_are_counted_and_named(s3, tmp_path: Path, stor
         "train/café/._0.png",
         "train/café/notes.txt",
         "train/red circle/Thumbs.db",
-        "val/café/deeper/x.jpg",
+        "val/café/.ipynb_checkpoints/x.jpg",
     ]
     lines = found.report_lines()
     assert lines[0].startswith("images per class: train/ café 2, red circle 2; val/ café ")

@@ -14,6 +14,7 @@ from PIL import Image
 from components.s3_sync import sync
 from components.s3_sync.staging import DataChanged, stage
 from pipelines.dataset import (
+    SPLITS,
     DatasetLayoutError,
     folder_layout,
     inspect_dataset,
@@ -93,6 +94,36 @@ def test_the_data_step_and_the_trainer_count_the_same_files_as_images(tmp_path: 
     assert layout.unused == ["train/faces/IMG_0001.heic"]
     pgm = next(listing.path(i) for i in range(len(listing)) if listing.path(i).endswith(".pgm"))
     assert load_image(pgm).mode == "RGB"
+
+
+def test_images_in_a_class_folders_sub_folders_are_the_classs(tmp_path: Path):
+    """As torchvision's ImageFolder reads them: Tiny ImageNet keeps each class's images in
+    train/<class>/images/ beside a boxes.txt. Such a data set was refused ("class folders without
+    images"); its images now train, in the data step's counts and the trainer's listing alike,
+    and what is not an image, or sits in a hidden folder, is named as skipped."""
+    folder = tmp_path / "tiny"
+    for split in ("train", "val"):
+        for name in ("n01443537", "n01629819"):
+            images = folder / split / name / "images"
+            images.mkdir(parents=True)
+            for i in range(3):
+                Image.new("RGB", (8, 8), (40 * i, 0, 0)).save(images / f"{name}_{i}.JPEG")
+            (folder / split / name / f"{name}_boxes.txt").write_text("0 0 8 8")
+    hidden = folder / "train" / "n01443537" / ".ipynb_checkpoints"
+    hidden.mkdir()
+    Image.new("RGB", (8, 8)).save(hidden / "copy.png")  # a notebook's copy: not training data
+    (folder / "train" / "n01629819" / "images" / "again").symlink_to("..")  # a loop, read once
+
+    layout = folder_layout(folder)
+    keys = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+    assert listing_layout(keys) == layout  # an S3 listing of the same files says the same
+    assert layout.check("s3://b/tiny") == 2
+    assert layout.images() == {split: {"n01443537": 3, "n01629819": 3} for split in SPLITS}
+    assert "train/n01443537/.ipynb_checkpoints/copy.png" in layout.unused
+    assert "train/n01443537/n01443537_boxes.txt" in layout.unused
+    listing = scan_split(folder / "train")
+    assert len(listing) == 6 and listing.name(0) == "images/n01443537_0.JPEG"
+    assert all(Path(listing.path(i)).is_file() for i in range(len(listing)))
 
 
 # -- against the test S3 server -------------------------------------------------------------------
