@@ -41,6 +41,12 @@ from kfp_ddp.image_files import IMAGE_EXTENSIONS, class_images, is_class_image, 
 from pipelines.parameter_errors import ParameterError
 
 SPLITS = ("train", "val")
+SPLIT_NAMES = {
+    "train": ("train", "training", "trn"),
+    "val": ("val", "valid", "validation", "dev", "eval", "test", "testing"),
+}
+"""Lower-case folder names a data set gives each split (Kaggle's valid/, CIFAR's test/): named
+in the error when that split's own name is missing."""
 
 
 CLASSES_SHOWN = 50
@@ -246,6 +252,7 @@ def folder_layout(folder: Path) -> Layout:
             if p.name not in SPLITS
             and any(f.is_file() and is_image_file(f.name) for f in p.iterdir())
         ],
+        nested=[p.name for p in tops if any((p / split).is_dir() for split in SPLITS)],
     )
 
 
@@ -269,6 +276,7 @@ def listing_layout(keys: Iterable[str]) -> Layout:
     splits: dict[str, dict[str, int]] = {}
     top: set[str] = set()
     unsplit: set[str] = set()
+    nested: set[str] = set()
     for key in keys:
         parts = key.split("/")
         if len(parts) < 2 or any(part.startswith(".") for part in parts):
@@ -276,6 +284,8 @@ def listing_layout(keys: Iterable[str]) -> Layout:
         top.add(parts[0])
         if parts[0] not in SPLITS and len(parts) == 2 and is_image_file(parts[1]):
             unsplit.add(parts[0])
+        if len(parts) >= 3 and parts[1] in SPLITS:
+            nested.add(parts[0])
         if parts[0] not in SPLITS or len(parts) < 3:
             continue
         classes = splits.setdefault(parts[0], {})
@@ -289,6 +299,7 @@ def listing_layout(keys: Iterable[str]) -> Layout:
         top=sorted(top),
         unused=unused_files(keys),
         unsplit=sorted(unsplit),
+        nested=sorted(nested),
     )
 
 
@@ -329,6 +340,9 @@ class Layout:
     unsplit: list[str] = field(default_factory=list)
     """Top-level folders besides train/ and val/ that hold images themselves: class folders of
     a data set not yet split (named in the error when a split is missing)."""
+    nested: list[str] = field(default_factory=list)
+    """Top-level folders that hold a train/ or val/ folder: the data set one level down (named
+    in the error when a split is missing)."""
 
     def notes(self) -> list[str]:
         """What the data step says besides the counts: the files it will skip, and the training
@@ -343,6 +357,18 @@ class Layout:
             f"{_first(self.unused, UNUSED_SHOWN)} (images are {', '.join(IMAGE_EXTENSIONS)} in "
             "<split>/<class>/ or its sub-folders)"
         ]
+
+    def _missing_split_hint(self, split: str, root: str) -> str:
+        """What the user likely meant, when ``split`` is missing: the data set one folder down,
+        the split under another name, or class folders not yet split."""
+        if self.nested:
+            below = self.nested[0]
+            return f"; {below!r} holds the splits itself: set data_uri to {root}/{below}"
+        named = [name for alias in SPLIT_NAMES[split] for name in self.top if name.lower() == alias]
+        if named:
+            held_out = " (images kept out of the training)" if split == "val" else ""
+            return f"; rename {named[0]!r} to {split}/{held_out}: the pipeline reads these names"
+        return self._split_hint(root)
 
     def _split_hint(self, root: str) -> str:
         """How to split class folders that sit at the top (a data set as often published)."""
@@ -381,7 +407,7 @@ class Layout:
                     data_uri,
                     f"has no {split}/ folder (it has {self.top or 'nothing'}): the pipeline "
                     f"needs {root}/train/<class>/* and {root}/val/<class>/* (val/ is what the "
-                    f"evaluation gate scores){self._split_hint(root)}",
+                    f"evaluation gate scores){self._missing_split_hint(split, root)}",
                 )
         for split in SPLITS:
             classes = self.splits[split]

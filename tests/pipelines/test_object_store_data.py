@@ -64,6 +64,35 @@ def test_empty_class_folders_and_foreign_val_classes_are_named():
         nothing.check("s3://b/d")
 
 
+@pytest.mark.parametrize(
+    ("tops", "hint"),
+    [
+        (("train", "valid", "test"), "; rename 'valid' to val/ (images kept out of the training)"),
+        (("train", "test"), "; rename 'test' to val/ (images kept out of the training)"),
+        (("Train", "Val"), "; rename 'Train' to train/: the pipeline reads these names"),
+    ],
+)
+def test_a_split_under_another_name_is_named_with_the_rename(tops, hint):
+    """Kaggle's train/valid/test, CIFAR's train/test: refused ("has no val/ folder (it has
+    [...])"), now with the folder that would do."""
+    layout = listing_layout([f"{top}/{c}/1.png" for top in tops for c in ("a", "b")])
+    with pytest.raises(DatasetLayoutError) as refused:
+        layout.check("s3://b/d")
+    assert hint in str(refused.value)
+
+
+def test_a_data_uri_one_folder_too_high_is_named_with_the_one_below(tmp_path: Path):
+    folder = tmp_path / "bucket"
+    write_image_folder(folder / "flowers", per_class=1, val_per_class=1)
+    keys = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+    for layout in (listing_layout(keys), folder_layout(folder)):
+        with pytest.raises(DatasetLayoutError) as refused:
+            layout.check("s3://b/d")
+        assert str(refused.value).endswith(
+            "; 'flowers' holds the splits itself: set data_uri to s3://b/d/flowers"
+        )
+
+
 def test_training_classes_without_val_images_are_named_before_the_training():
     """Allowed (the validation and the evaluation score the other classes, by name), but said
     in the data step's report; a listing and a folder say the same."""
