@@ -34,6 +34,7 @@ from typing import Any
 
 from components.s3_sync import staging
 from components.s3_sync.api import sync
+from components.s3_sync.one_object import is_archive
 from components.s3_sync.s3_uri import is_s3_uri, parse_s3_uri
 from components.s3_sync.selection import path_problem
 from kfp_ddp.class_names import class_key, twins_problem
@@ -253,6 +254,11 @@ def folder_layout(folder: Path) -> Layout:
             and any(f.is_file() and is_image_file(f.name) for f in p.iterdir())
         ],
         nested=[p.name for p in tops if any((p / split).is_dir() for split in SPLITS)],
+        top_files=sorted(
+            p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
+        )
+        if folder.is_dir()
+        else [],
     )
 
 
@@ -277,6 +283,7 @@ def listing_layout(keys: Iterable[str]) -> Layout:
     top: set[str] = set()
     unsplit: set[str] = set()
     nested: set[str] = set()
+    top_files = sorted(key for key in keys if "/" not in key and not key.startswith("."))
     for key in keys:
         parts = key.split("/")
         if len(parts) < 2 or any(part.startswith(".") for part in parts):
@@ -300,6 +307,7 @@ def listing_layout(keys: Iterable[str]) -> Layout:
         unused=unused_files(keys),
         unsplit=sorted(unsplit),
         nested=sorted(nested),
+        top_files=top_files,
     )
 
 
@@ -343,6 +351,9 @@ class Layout:
     nested: list[str] = field(default_factory=list)
     """Top-level folders that hold a train/ or val/ folder: the data set one level down (named
     in the error when a split is missing)."""
+    top_files: list[str] = field(default_factory=list)
+    """The files at the top, beside the folders (named in the error when a split is missing:
+    an archive of the data set, uploaded as it is)."""
 
     def notes(self) -> list[str]:
         """What the data step says besides the counts: the files it will skip, and the training
@@ -358,9 +369,21 @@ class Layout:
             "<split>/<class>/ or its sub-folders)"
         ]
 
+    def _contents(self) -> str:
+        """What the top holds, for the refusal of a missing split: its folders, or its files."""
+        if self.top or not self.top_files:
+            return str(self.top or "nothing")
+        return f"no folders, only the files {_first([repr(n) for n in self.top_files], 5)}"
+
     def _missing_split_hint(self, split: str, root: str) -> str:
         """What the user likely meant, when ``split`` is missing: the data set one folder down,
         the split under another name, or class folders not yet split."""
+        archives = [name for name in self.top_files if is_archive(name)]
+        if archives and not self.top:
+            return (
+                f"; {archives[0]!r} is an archive, which the pipeline does not unpack: unpack "
+                f"it and upload its train/ and val/ folders under {root}/"
+            )
         if self.nested:
             below = self.nested[0]
             return f"; {below!r} holds the splits itself: set data_uri to {root}/{below}"
@@ -405,7 +428,7 @@ class Layout:
             if split not in self.splits:
                 raise DatasetLayoutError(
                     data_uri,
-                    f"has no {split}/ folder (it has {self.top or 'nothing'}): the pipeline "
+                    f"has no {split}/ folder (it has {self._contents()}): the pipeline "
                     f"needs {root}/train/<class>/* and {root}/val/<class>/* (val/ is what the "
                     f"evaluation gate scores){self._missing_split_hint(split, root)}",
                 )

@@ -31,6 +31,7 @@ from components.s3_sync.hashing import (
 )
 from components.s3_sync.listing import RemoteObject, list_objects
 from components.s3_sync.local_files import LocalFile, walk_local
+from components.s3_sync.one_object import check_not_one_object
 from components.s3_sync.options import SyncOptions, SyncReport
 from components.s3_sync.s3_uri import S3Location
 from components.s3_sync.selection import (
@@ -82,6 +83,8 @@ class DownloadJob:
         if self.dest.exists() and not self.dest.is_dir():
             raise S3SyncError(f"destination {str(self.dest)!r} exists and is not a folder")
         listing, local, cache = self._list_and_walk()
+        if not listing:
+            check_not_one_object(self.conn, self.src)
         objects = [ob for ob in listing if ob.rel and options.selects(ob.rel)]
         report.files = len(objects)
         report.bytes_total = sum(ob.size for ob in objects)

@@ -81,6 +81,19 @@ def test_a_split_under_another_name_is_named_with_the_rename(tops, hint):
     assert hint in str(refused.value)
 
 
+def test_a_data_set_uploaded_as_an_archive_is_named_as_one():
+    layout = listing_layout(["flowers.zip", "README.md"])
+    with pytest.raises(DatasetLayoutError) as refused:
+        layout.check("s3://b/d")
+    assert "has no train/ folder (it has no folders, only the files 'README.md', 'flow" in str(
+        refused.value
+    )
+    assert str(refused.value).endswith(
+        "; 'flowers.zip' is an archive, which the pipeline does not unpack: unpack it and upload "
+        "its train/ and val/ folders under s3://b/d/"
+    )
+
+
 def test_a_data_uri_one_folder_too_high_is_named_with_the_one_below(tmp_path: Path):
     folder = tmp_path / "bucket"
     write_image_folder(folder / "flowers", per_class=1, val_per_class=1)

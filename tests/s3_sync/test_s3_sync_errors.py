@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from components.s3_sync import S3SyncError, sync
-from components.s3_sync.errors import translate
+from components.s3_sync.errors import S3SyncUsageError, translate
 from kfp_ddp.free_ports import free_port
 from kfp_ddp.local_s3 import LocalS3Server
 
@@ -49,6 +49,30 @@ def test_no_such_bucket(s3_env, tmp_path):
     msg = str(err.value)
     assert "no-such-bucket-here" in msg and "does not exist" in msg
     assert s3_env.endpoint_url in msg
+
+
+@pytest.mark.parametrize("dry_run", [False, True])  # a dry run: how the data step lists
+def test_a_source_that_is_one_object_is_named_not_synced_as_an_empty_folder(
+    s3_env, bucket, tmp_path, dry_run
+):
+    """s3://bucket/datasets/flowers.zip is read as the prefix flowers.zip/: 0 files, said by
+    nobody (the data step then found no train/ "(it has nothing)")."""
+    client = s3_env.client()
+    client.put_object(Bucket=bucket, Key="datasets/flowers.tar.gz", Body=b"\x1f\x8b" * 500)
+    client.put_object(Bucket=bucket, Key="datasets/labels.csv", Body=b"a,b")
+    with pytest.raises(S3SyncUsageError) as refused:
+        sync(f"s3://{bucket}/datasets/flowers.tar.gz", tmp_path / "d", dry_run=dry_run)
+    assert str(refused.value) == (
+        f"s3://{bucket}/datasets/flowers.tar.gz is one object (an archive, 1,000 bytes), not a "
+        "prefix of objects: a sync copies the objects under a prefix, and nothing is under "
+        f"s3://{bucket}/datasets/flowers.tar.gz/; unpack it and upload its folders under a "
+        f"prefix (e.g. unzip it, then `aws s3 sync ./folder s3://{bucket}/datasets/flowers/`) "
+        "and name that prefix"
+    )
+    with pytest.raises(S3SyncUsageError, match=f"name the prefix that holds it .s3://{bucket}/da"):
+        sync(f"s3://{bucket}/datasets/labels.csv/", tmp_path / "d", dry_run=dry_run)
+    assert not (tmp_path / "d").exists()  # refused before anything is written
+    assert sync(f"s3://{bucket}/nothing-here", tmp_path / "d", dry_run=dry_run).files == 0
 
 
 def test_bad_credentials_message_names_what_to_check_without_secrets(s3_env, bucket, tmp_path):
