@@ -29,6 +29,7 @@ from pipelines.kfp_api import (
     MIN_KFP_BACKEND,
     SKIP_VERSION_CHECK_FLAG,
     api_errors,
+    checked_window,
     connect,
     kfp_cron,
 )
@@ -515,6 +516,7 @@ def schedule_command(
 ) -> None:
     """Create a recurring run on a cron schedule."""
     cron_expression = kfp_cron(cron)
+    start_time, end_time = checked_window(start_time, end_time, cron_expression)
     with package_for_submit(package, image, storage=storage, no_cache=no_cache) as (path, spec):
         arguments = _submit_arguments(params, spec)
         if not skip_image_check:

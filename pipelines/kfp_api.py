@@ -12,6 +12,7 @@ turns a wrong host or token into one message instead of kfp's half-minute of ret
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import re
@@ -26,6 +27,7 @@ import click
 
 from pipelines import cron
 from pipelines.cron import CronError
+from pipelines.schedule_window import WindowError, schedule_window
 
 HOST_ENV_VARS = ("KFP_HOST", "KF_PIPELINES_ENDPOINT")
 TOKEN_ENV = "KFP_TOKEN"
@@ -301,6 +303,17 @@ def api_errors(action: str, host: str) -> Iterator[None]:
         ) from None
     except (ValueError, TimeoutError) as exc:
         raise click.ClickException(f"{action}: {exc}") from None
+
+
+def checked_window(
+    start: str | None, end: str | None, cron_expression: str
+) -> tuple[str | None, str | None]:
+    """``--start-time``/``--end-time`` checked (``pipelines.schedule_window``) and in the one
+    form KFP's API takes; a bad one is refused naming its option."""
+    try:
+        return schedule_window(start, end, cron_expression, now=datetime.datetime.now(datetime.UTC))
+    except WindowError as exc:
+        raise click.BadParameter(str(exc), param_hint=f"'{exc.option}'") from None
 
 
 def kfp_cron(expression: str) -> str:

@@ -182,6 +182,42 @@ def test_schedule_sends_cron_concurrency_catchup_and_parameters(kfp_server: Fake
     assert kfp_server.recurring_runs[1]["no_catchup"] is False
 
 
+def test_schedule_sends_its_window_in_utc_and_refuses_one_that_never_runs(
+    kfp_server: FakeKfpServer,
+) -> None:
+    """A start or end the server cannot parse came back as an API error after the experiment
+    was made; an end already past, or before the first run, made a schedule that never runs."""
+    base = ["schedule", "--host", kfp_server.url, "--package", PACKAGE, "--cron", "0 2 * * *"]
+    refused = {
+        ("--start-time", "2026-13-01T00:00:00Z"): "is not an RFC 3339 date and time",
+        ("--start-time", "2031-12-05"): "is a date without a time of day",
+        ("--start-time", "2031-12-05T10:00:00"): "has no UTC offset (Z, +01:00)",
+        ("--end-time", "2020-01-01T00:00:00Z"): "is past (",
+        ("--end-time", "2031-12-05T01:00:00Z", "--start-time", "2031-12-05T00:00:00Z"): (
+            "comes before the schedule's first run (2031-12-05T02:00:00Z, by --cron '0 0 2 * * *')"
+        ),
+        ("--end-time", "2031-12-04T00:00:00Z", "--start-time", "2031-12-05T00:00:00Z"): (
+            "is not after --start-time '2031-12-05T00:00:00Z'"
+        ),
+    }
+    for options, words in refused.items():
+        result = invoke(*base, *options, *REQUIRED)
+        assert result.exit_code == 2, result.output
+        assert f"Invalid value for '{options[0]}': '{options[1]}' " in result.output
+        assert words in result.output, result.output
+    assert kfp_server.requests == []  # nothing was sent, no experiment made
+
+    window = ["--start-time", "2031-12-05T03:00:00+01:00", "--end-time", "2032-01-01T00:00:00Z"]
+    result = invoke(*base, *window, *REQUIRED)
+    assert result.exit_code == 0, result.output
+    (recurring,) = kfp_server.recurring_runs
+    assert recurring["trigger"]["cron_schedule"] == {
+        "cron": "0 0 2 * * *",
+        "start_time": "2031-12-05T02:00:00Z",
+        "end_time": "2032-01-01T00:00:00Z",
+    }
+
+
 def test_run_without_package_compiles_for_the_image(kfp_server: FakeKfpServer) -> None:
     result = invoke(
         "run", "--host", kfp_server.url, "--image", "registry.example/ddp:1.2", *REQUIRED
