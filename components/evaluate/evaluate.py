@@ -16,7 +16,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -29,6 +29,7 @@ from components.evaluate.scoring import ScoreAccumulator
 from components.s3_sync import sync
 from kfp_ddp.atomic_files import write_json_atomic
 from kfp_ddp.class_names import class_key
+from trainer.out_of_memory import is_out_of_memory
 
 if TYPE_CHECKING:
     import torch
@@ -284,7 +285,6 @@ def evaluate(
 
     # Here, not at the top: torch and torchvision (~2 s, ~300 MB) for scoring only; the gate, the
     # pipeline's argument check (a small pod) and the compiler import this module without them.
-    import torch
 
     from components.evaluate.readable import readable_split
     from trainer.data import eval_transform, load_image
@@ -328,27 +328,9 @@ def evaluate(
         int(model_config["image_size"]), model_config["mean"], model_config["std"]
     )
     images = cast("torch.utils.data.Dataset", _ImageList(samples, transform, load_image))
-    loader: torch.utils.data.DataLoader = torch.utils.data.DataLoader(
-        images,  # a map-style data set: __len__ and __getitem__
-        batch_size=config.batch_size,
-        shuffle=False,
-        num_workers=config.num_workers,
-        pin_memory=torch_device.type == "cuda",
-    )
     model = model.to(torch_device).eval()
-    scores = ScoreAccumulator(len(class_names), device=torch_device)
-    autocast = torch.autocast(
-        device_type=torch_device.type,
-        dtype=torch.bfloat16,
-        enabled=config.precision == "bf16",
-    )
     started = time.perf_counter()
-    with torch.inference_mode(), autocast:
-        for images, targets in loader:
-            images = images.to(torch_device, non_blocking=True)
-            targets = targets.to(torch_device, non_blocking=True)
-            scores.update(model(images), targets)
-    summary = scores.summary()
+    summary = _score_fitting_memory(model, images, len(class_names), config, torch_device)
     seconds = time.perf_counter() - started
 
     passed, reason = decide_gate(
@@ -371,6 +353,67 @@ def evaluate(
         seconds=seconds,
         skipped_images=readable.left_out,
     )
+
+
+def _score_fitting_memory(
+    model: Any, images: Any, num_classes: int, config: EvalConfig, device: Any
+) -> dict[str, Any]:
+    """The scores of ``model`` on ``images``, at ``config.batch_size`` or, when a batch does not
+    fit in the device's memory, at half of it, and so on: in evaluation mode each image's
+    prediction does not depend on the others in its batch, and the step's batch size is not a
+    pipeline parameter, so a model too big for 256 images at once (a ViT-H at 518 px on a 16 GB
+    GPU) is scored in smaller batches instead of failing the run after its training."""
+    import torch
+
+    batch_size = config.batch_size
+    while True:
+        try:
+            return _score(
+                model, images, num_classes, replace(config, batch_size=batch_size), device
+            )
+        except RuntimeError as err:
+            if not is_out_of_memory(err):
+                raise
+            if batch_size == 1:
+                raise EvaluationError(
+                    f"out of memory on {device} scoring one image at a time ({err}); give the "
+                    "evaluation step more memory, or a GPU"
+                ) from None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            smaller = batch_size // 2
+            print(
+                f"evaluate: out of memory on {device} at batch_size={batch_size}; scoring again "
+                f"in batches of {smaller}",
+                flush=True,
+            )
+            batch_size = smaller
+
+
+def _score(
+    model: Any, images: Any, num_classes: int, config: EvalConfig, device: Any
+) -> dict[str, Any]:
+    """The ScoreAccumulator's summary of ``model`` on ``images`` in batches of
+    ``config.batch_size``."""
+    import torch
+
+    loader: torch.utils.data.DataLoader = torch.utils.data.DataLoader(
+        images,  # a map-style data set: __len__ and __getitem__
+        batch_size=config.batch_size,
+        shuffle=False,
+        num_workers=config.num_workers,
+        pin_memory=device.type == "cuda",
+    )
+    scores = ScoreAccumulator(num_classes, device=device)
+    autocast = torch.autocast(
+        device_type=device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"
+    )
+    with torch.inference_mode(), autocast:
+        for batch, targets in loader:
+            batch = batch.to(device, non_blocking=True)
+            targets = targets.to(device, non_blocking=True)
+            scores.update(model(batch), targets)
+    return scores.summary()
 
 
 class _ImageList:

@@ -102,6 +102,32 @@ def test_a_class_folder_spelt_in_nfd_is_the_models_nfc_class(tmp_path, colour_da
     assert (result.confusion, result.support, result.accuracy) == (CONFUSION, SUPPORT, ACCURACY)
 
 
+def test_a_batch_too_big_for_the_memory_is_scored_in_smaller_ones(
+    colour_model, colour_data, monkeypatch, capsys
+):
+    """The step's batch size (256) is not a pipeline parameter: a model whose batch does not fit
+    is scored in halves, to the same numbers, instead of failing the run after its training."""
+    from torchvision.models.resnet import ResNet
+
+    forward = ResNet.forward
+
+    def fits_three(self, x):  # the allocator's answer for more than three images at once
+        if x.shape[0] > 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB.")
+        return forward(self, x)
+
+    monkeypatch.setattr(ResNet, "forward", fits_three)
+    result = evaluate(colour_model, colour_data, device="cpu", batch_size=16)
+    assert (result.confusion, result.accuracy, result.top_k_accuracy) == (CONFUSION, ACCURACY, TOP5)
+    said = capsys.readouterr().out
+    assert "evaluate: out of memory on cpu at batch_size=16; scoring again in batches of 8" in said
+    assert "at batch_size=4; scoring again in batches of 2" in said
+
+    monkeypatch.setattr(ResNet, "forward", lambda self, x: fits_three(self, x.repeat(4, 1, 1, 1)))
+    with pytest.raises(EvaluationError, match="out of memory on cpu scoring one image at a time"):
+        evaluate(colour_model, colour_data, device="cpu", batch_size=4)
+
+
 def test_class_mismatch_is_a_clear_error(tmp_path, colour_model, colour_data):
     data = tmp_path / "data"
     shutil.copytree(colour_data, data)
