@@ -304,6 +304,11 @@ def run_local_command(
                     f"serving {data_folder} as {served.data_uri} (local S3 at "
                     f"{served.endpoint_url}): {served.upload.transferred} file(s) uploaded, "
                     f"{served.upload.skipped} unchanged"
+                    + (
+                        f", {served.upload.deleted} removed (no longer in the folder)"
+                        if served.upload.deleted
+                        else ""
+                    )
                 )
             result = run_local(
                 arguments,

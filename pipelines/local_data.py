@@ -48,11 +48,22 @@ def served_folder(
     models_prefix: str = "models",
 ) -> Iterator[ServedData]:
     """Serve ``folder`` from a local S3 server that keeps its objects in ``s3_data``; the data
-    at ``s3://<bucket>/<data_prefix>`` (default ``datasets/<the folder's name>``)."""
+    at ``s3://<bucket>/<data_prefix>`` (default ``datasets/<the folder's name>``), the same
+    files as the folder (what an earlier run uploaded and the folder no longer has is
+    removed)."""
     data_uri = f"s3://{bucket}/{data_prefix}" if data_prefix else local_data_uri(folder, bucket)
     with LocalS3Server(data_dir=s3_data) as s3, environment(s3.env()):
         s3.create_bucket(bucket)
-        upload = sync(str(folder), data_uri, endpoint_url=s3.endpoint_url, progress=False)
+        # A mirror of the folder: a file removed from it (a bad image deleted, an image moved
+        # from train/ to val/) leaves the served copy too, or it would still train on it.
+        upload = sync(
+            str(folder),
+            data_uri,
+            endpoint_url=s3.endpoint_url,
+            progress=False,
+            delete=True,
+            max_delete="100%",
+        )
         yield ServedData(
             data_uri=data_uri,
             endpoint_url=s3.endpoint_url,

@@ -1,0 +1,31 @@
+"""``run-local --data``'s served copy of a folder is the folder: what left the folder leaves it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipelines.local_data import served_folder
+from tests.image_data import write_image_folder
+
+
+def _served_keys(served) -> list[str]:
+    bucket, _, prefix = served.data_uri.removeprefix("s3://").partition("/")
+    listed = served.server.client().list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/")
+    return sorted(item["Key"].removeprefix(f"{prefix}/") for item in listed.get("Contents", []))
+
+
+def test_a_file_moved_or_deleted_in_the_folder_leaves_the_served_copy(tmp_path: Path):
+    """The usual second run: the data step said val/ lacks images of a class, so one is moved
+    from train/ to val/, and a bad image is deleted. The served copy kept both: the moved image
+    was then in train/ and val/ (scored on what it trained on), the bad one still trained on."""
+    folder = write_image_folder(tmp_path / "flowers", classes=("daisy", "rose"), per_class=3)
+    with served_folder(folder, tmp_path / "s3-data") as first:
+        assert first.upload.transferred == 14 and first.upload.deleted == 0
+
+    moved = folder / "train" / "rose" / "train-000.png"
+    moved.rename(folder / "val" / "rose" / "moved.png")
+    (folder / "train" / "daisy" / "train-001.png").unlink()
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    with served_folder(folder, tmp_path / "s3-data") as second:
+        assert _served_keys(second) == files
+        assert (second.upload.transferred, second.upload.deleted) == (1, 2)
