@@ -29,6 +29,8 @@ RESTORE_HOW = (
 )
 
 _CONNECT_ERRORS = ("AWS_IO_SOCKET_", "AWS_IO_DNS_", "AWS_IO_TLS_", "AWS_ERROR_HTTP_CONNECTION")
+_CLOCK_SKEWED = frozenset({"RequestTimeTooSkewed", "RequestExpired"})
+"""S3's codes for a request signed at a time too far from its own (15 minutes)."""
 _REJECTED_CREDENTIALS = frozenset(
     {
         "InvalidAccessKeyId",
@@ -136,6 +138,12 @@ def _response_error(exc: BaseException, request: FailedRequest) -> S3SyncError |
         return S3SyncError(
             f"the S3 credentials were rejected ({code}) {at} for {target}: "
             f"{CREDENTIAL_HINT}, and the region ({request.region})"
+        )
+    if code in _CLOCK_SKEWED:  # a 403 too, but the fix is this machine's clock
+        return S3SyncError(
+            f"S3 refused the request for {target} {at} ({code}): this machine's clock is more "
+            "than 15 minutes off S3's, and a request is signed with its time; set the clock "
+            "(NTP: timedatectl set-ntp true; in a container, the node's)"
         )
     if code == "InvalidObjectState":  # a 403, but no permission would help
         return S3SyncError(

@@ -147,6 +147,26 @@ def test_cli_bad_arguments_exit_2(tmp_path):
     assert proc.returncode == 2
 
 
+def test_a_clock_off_by_more_than_15_minutes_is_named_not_access_denied():
+    """A node whose clock drifted: S3 answers 403 RequestTimeTooSkewed, which was reported as
+    "access denied ... check the credentials' policy"; no permission would help."""
+    skewed = ClientError(
+        {
+            "Error": {
+                "Code": "RequestTimeTooSkewed",
+                "Message": "The difference between the request time and the current time is "
+                "too large.",
+            },
+            "ResponseMetadata": {"HTTPStatusCode": 403},
+        },
+        "ListObjectsV2",
+    )
+    message = str(translate(skewed, endpoint="https://s3.amazonaws.com", region="us-east-1",
+                            bucket="data"))  # fmt: skip
+    assert "(RequestTimeTooSkewed): this machine's clock is more than 15 minutes off" in message
+    assert "access denied" not in message and "timedatectl set-ntp true" in message
+
+
 def test_access_denied_carries_what_s3_said_beyond_access_denied():
     """AWS names the action and policy that denied a request: with SSE-KMS, kms:Decrypt, which
     no s3: permission gives. The message said only to check the s3: permissions."""
