@@ -151,8 +151,10 @@ def confusion_figure(class_names: list[str], confusion: list[list[int]]) -> Figu
     figure.colorbar(image, ax=axes, label="share of the true class", shrink=0.8)
     axes.set(title="Confusion matrix", xlabel="predicted class", ylabel="true class")
     if n <= _LABEL_MAX_CLASSES:
-        axes.set_xticks(range(n), [str(c) for c in class_names], rotation=45, ha="right")
-        axes.set_yticks(range(n), [str(c) for c in class_names])
+        # As written: a name with two '$' is no TeX formula (an invalid one failed the step).
+        labels = [str(c) for c in class_names]
+        axes.set_xticks(range(n), labels, rotation=45, ha="right", parse_math=False)
+        axes.set_yticks(range(n), labels, parse_math=False)
     if n <= _ANNOTATE_MAX_CLASSES:
         for i in range(n):
             for j in range(n):

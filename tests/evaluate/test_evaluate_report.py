@@ -15,7 +15,7 @@ from kfp.dsl import HTML, Artifact, ClassificationMetrics, Metrics
 
 from components.evaluate import EvalResult, EvaluationError, render_report, write_report
 from components.evaluate.evaluate import evaluate_into_artifacts
-from components.evaluate.report import read_training_curves
+from components.evaluate.report import confusion_figure, read_training_curves
 from components.s3_sync import sync
 
 IMG = re.compile(r"<img alt=['\"]([^'\"]+)['\"] src=['\"]data:image/png;base64,([A-Za-z0-9+/=]+)")
@@ -100,6 +100,18 @@ def test_interpolated_text_is_escaped():
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "a&amp;b" in html
     assert '"><b>x' not in html
+
+
+def test_class_names_with_dollar_signs_are_drawn_as_written():
+    """Matplotlib reads text between two '$' as a TeX formula: a class folder named so was drawn
+    as a formula, or failed the whole step when it is not one (``$\\frac{$``)."""
+    names = ["$\\frac{$", "x^2_y"]
+    html = render_report(small_result(class_names=names))  # where the formula failed
+    assert html.count("data:image/png;base64,") == 1  # the confusion matrix (no curves here)
+    axes = confusion_figure(names, [[1, 1], [0, 2]]).axes[0]
+    for ticks in (axes.get_xticklabels(), axes.get_yticklabels()):
+        assert [t.get_text() for t in ticks] == names
+        assert not any(t.get_parse_math() for t in ticks)
 
 
 def test_curves_reader_keeps_train_and_val_rows(tmp_path):
