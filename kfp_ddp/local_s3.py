@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -100,6 +101,8 @@ OWNER_FILE = "owner.pid"
 """In each server's temp folder: the pid of the process that started it."""
 SERVER_FILE = "server.pid"
 """In each server's temp folder: the pid of its weed process."""
+DATA_LOCK_FILE = ".kfp-ddp-server.lock"
+"""In a given ``data_dir``: locked (flock) by the server running on it, and holding its pid."""
 PORTS_FILE = "ports.json"
 """In each server's temp folder: its ports, which name the gRPC sockets weed makes in /tmp."""
 WEED_SOCKETS = Path("/tmp")
@@ -235,6 +238,8 @@ class LocalS3Server:
         self._client: tuple[int, Any] | None = None
         """The shared client, with the pid of the process that made it."""
         self._data_dir: Path | None = None
+        self._lock_fd: int | None = None
+        """Held open (flock) while this server runs on a given ``data_dir``."""
         self.ports: dict[str, int] = {}
         self.endpoint_url = ""
 
@@ -275,6 +280,8 @@ class LocalS3Server:
         data_dir = self._data_dir_arg or (self._tmp / "data")
         data_dir.mkdir(parents=True, exist_ok=True)
         self._data_dir = data_dir
+        if self._data_dir_arg is not None:
+            self._lock_data_dir(data_dir)
         problem = self._disk_problem(need_mb=self.min_free_mb)
         if problem:
             raise LocalS3StorageError(f"LocalS3Server cannot start: {problem}")
@@ -369,6 +376,27 @@ class LocalS3Server:
             f"({last}); log tail:\n{self.log_tail()}"
         )
 
+    def _lock_data_dir(self, data_dir: Path) -> None:
+        """Hold ``data_dir`` for this server (a second weed on it exits at once, its log saying
+        only that it could not lock its store): LocalS3Busy naming the holder if another has it."""
+        if self._lock_fd is not None:
+            return
+        path = data_dir / DATA_LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise LocalS3Busy(
+                f"the local S3 data folder {data_dir} is in use by another server (pid "
+                f"{holder}: another `kfp-ddp run-local` or `make demo` with this workspace); "
+                "wait for it to end, or run this one with another workspace"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
     def stop(self) -> None:
         """Stop the server by its PID (SIGTERM, then SIGKILL), remove the temp dir. Idempotent."""
         proc, self._proc = self._proc, None
@@ -391,6 +419,9 @@ class LocalS3Server:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+        if self._lock_fd is not None:  # closing it lets the next server have the folder
+            os.close(self._lock_fd)
+            self._lock_fd = None
         atexit.unregister(self.stop)
 
     def __enter__(self) -> LocalS3Server:
@@ -550,6 +581,10 @@ class _StartupFailed(RuntimeError):
 
 class LocalS3StorageError(RuntimeError):
     """The server cannot take writes for lack of room (raised by ``start``, not retried)."""
+
+
+class LocalS3Busy(RuntimeError):
+    """Another server runs on the ``data_dir`` asked for (raised by ``start``, not retried)."""
 
 
 class _VolumeSlots(NamedTuple):

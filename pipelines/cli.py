@@ -22,6 +22,7 @@ import click
 from components import DEFAULT_IMAGE
 from components.launcher.spec import SpecError
 from components.launcher.step import TrainingStepInputs, training_spec
+from kfp_ddp.local_s3 import LocalS3Busy, LocalS3StorageError
 from pipelines.cli_arguments import checked_arguments, parse_parameters, pipeline_inputs
 from pipelines.dataset import DatasetLayoutError, folder_layout
 from pipelines.image_check import SKIP_IMAGE_CHECK_FLAG, check_images, release_image_note
@@ -318,7 +319,7 @@ def run_local_command(
                 enable_caching=cache,
                 verbose=verbose,
             )
-    except LocalRunError as exc:
+    except (LocalRunError, LocalS3Busy, LocalS3StorageError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(result.describe())
     failure = result.gate_failure()

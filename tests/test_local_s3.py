@@ -21,14 +21,18 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from click.testing import CliRunner
 
 from kfp_ddp.local_s3 import (
     WEED_SOCKETS,
+    LocalS3Busy,
     LocalS3Server,
     LocalS3StorageError,
     find_weed_binary,
     remove_abandoned_temp_dirs,
 )
+from pipelines.cli import main
+from tests.image_data import write_image_folder
 
 T = TypeVar("T")
 
@@ -272,6 +276,28 @@ def test_too_small_a_disk_is_named_at_start(tmp_path):
     assert str(tmp_path / "s3") in message and "MiB free" in message
     assert f"min_free_mb={free_mb + 1024}" in message
     assert server.pid is None and not server.running
+
+
+def test_a_data_folder_in_use_is_refused_naming_its_server(tmp_path):
+    """Two `kfp-ddp run-local` (or `make demo`) with one workspace: the second weed on the same
+    store exited at once, and its start failed with "weed exited early" and a log tail."""
+    data = tmp_path / "workspace" / "s3-data"
+    with LocalS3Server(data_dir=data) as first:
+        first.create_bucket("kept")
+        second = LocalS3Server(data_dir=data)
+        with pytest.raises(LocalS3Busy) as busy:
+            second.start()
+        assert str(busy.value).startswith(
+            f"the local S3 data folder {data} is in use by another server (pid {os.getpid()}: "
+        )
+        assert second.pid is None and first.running
+        folder = write_image_folder(tmp_path / "flowers", per_class=1, val_per_class=1)
+        args = ["run-local", "--data", str(folder), "--workspace", str(tmp_path / "workspace")]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        assert f"Error: the local S3 data folder {data} is in use" in result.output
+    with LocalS3Server(data_dir=data) as third:  # the first's end freed the folder
+        assert [b["Name"] for b in third.client().list_buckets()["Buckets"]] == ["kept"]
 
 
 @pytest.mark.parametrize(
