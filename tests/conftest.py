@@ -156,3 +156,33 @@ def bucket(s3_env, request) -> str:
     """A fresh bucket on ``s3_server``, named after the test."""
     name = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:45]
     return s3_env.create_bucket(f"t-{name}-{time.monotonic_ns() % 100000}".strip("-"))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk(size_bytes)`` mounts a tmpfs of that size and returns it (a real full disk).
+
+    Needs root (or CAP_SYS_ADMIN): the test is skipped, saying so, where mount is refused.
+    """
+    import subprocess
+
+    mounted = []
+
+    def mount(size_bytes: int):
+        point = tmp_path / f"small-disk-{len(mounted)}"
+        point.mkdir()
+        command = ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(point)]
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        except OSError as err:
+            pytest.skip(f"cannot run mount to make a small tmpfs: {err}")
+        if result.returncode != 0:
+            pytest.skip(
+                f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {result.stderr.strip()}"
+            )
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True, timeout=30)

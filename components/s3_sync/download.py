@@ -20,6 +20,7 @@ from pathlib import Path
 from components.s3_sync.archived import check_archived
 from components.s3_sync.connection import S3Connection
 from components.s3_sync.delete_guard import PlannedDeletions, check_deletions
+from components.s3_sync.disk_room import check_room
 from components.s3_sync.errors import S3SyncError
 from components.s3_sync.fetch import DownloadTransfer, Target
 from components.s3_sync.hash_cache import HashCache
@@ -105,6 +106,8 @@ class DownloadJob:
                 ),
                 options.delete_limit,
             )
+        if not options.dry_run:
+            check_room(self.dest, plan.fetch)
         if options.dry_run:
             report.would_transfer = [target.rel for target in plan.fetch]
             report.would_delete = list(plan.delete)

@@ -203,6 +203,25 @@ def test_destination_that_is_a_file_is_an_error(seeded, tmp_path):
         sync(f"s3://{bucket}/data", target)
 
 
+@pytest.mark.parametrize("engine", ["crt", "classic"])
+def test_a_disk_too_small_is_named_with_both_sizes_before_any_byte(
+    s3_env, bucket, small_disk, engine
+):
+    """A data set bigger than the volume it is staged onto failed part-way, "No space left on
+    device" on some files, the others written."""
+    put_objects(
+        s3_env.client(), bucket, {f"big/train/a/{i}.png": os.urandom(100_000) for i in range(10)}
+    )
+    disk = small_disk(300 * 1024)
+    with pytest.raises(S3SyncError) as refused:
+        sync(f"s3://{bucket}/big", disk / "data", engine=engine)
+    assert str(refused.value) == (
+        f"not enough room under {disk / 'data'}: the download needs 1,000.0 KiB for 10 file(s) "
+        "and the disk has 300.0 KiB free; free space there, or sync onto a bigger volume"
+    )
+    assert not any(disk.iterdir())  # nothing written, not even the folder
+
+
 def test_custom_endpoint_by_hostname_uses_path_style(seeded, tmp_path, s3_env, monkeypatch):
     _, bucket, _ = seeded
     # virtual-hosted style would need DNS for <bucket>.localhost; custom endpoints get path style
