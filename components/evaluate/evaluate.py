@@ -285,7 +285,6 @@ def evaluate(
 
     # Here, not at the top: torch and torchvision (~2 s, ~300 MB) for scoring only; the gate, the
     # pipeline's argument check (a small pod) and the compiler import this module without them.
-
     from components.evaluate.readable import readable_split
     from trainer.data import eval_transform, load_image
     from trainer.divergence import weights_are_finite
