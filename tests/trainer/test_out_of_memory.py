@@ -25,8 +25,8 @@ def test_out_of_memory_is_one_line_naming_the_settings_and_not_retried(tmp_path)
     """A batch whose activations do not fit: torch's allocator fails in the first step. The pod's
     log ended with a traceback through the model's layers and exit 1; now its last line names
     the settings and what to lower, and the exit (5) is permanent."""
-    args = ["--synthetic", "--synthetic-size", "8", "--output-dir", tmp_path / "out"]
-    args += ["--model", "resnet18", "--image-size", "1024", "--batch-size", "8"]
+    args = ["--synthetic", "--synthetic-size", "2", "--output-dir", tmp_path / "out"]
+    args += ["--model", "resnet18", "--image-size", "4096", "--batch-size", "2"]
     command = [sys.executable, "-m", "trainer.torchrun", "--standalone", "--nproc_per_node=1"]
     command += ["-m", "trainer.train", *map(str, args)]
     result = subprocess.run(
@@ -36,13 +36,16 @@ def test_out_of_memory_is_one_line_naming_the_settings_and_not_retried(tmp_path)
         capture_output=True,
         text=True,
         timeout=120,
-        # torch and the model take ~0.8 GiB; the first step's activations, several more
+        # torch and the model take ~0.8 GiB; the stem's output alone, 2 GiB more (its
+        # allocation fails before any arithmetic)
         preexec_fn=_address_space_of(3 << 30),
     )
     assert result.returncode == EXIT_MEMORY, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("[trainer] error (rank 0, exit 5): out of this node's memory (an "), last
-    assert "with --batch-size 8 per process, --image-size 1024, --model resnet18" in last
+    assert last.startswith(
+        "[trainer] error (rank 0, exit 5): out of this node's memory (an allocation of 2.0 GiB "
+        "failed) with --batch-size 2 per process, --image-size 4096, --model resnet18"
+    ), last
     assert "lower --batch-size (batch_size) or --image-size (image_size)" in last
 
 
