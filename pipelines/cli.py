@@ -36,6 +36,7 @@ from pipelines.kfp_api import (
 )
 from pipelines.local_data import (
     LOCAL_MODELS_URI,
+    links_not_served,
     local_data_uri,
     local_gpu_count,
     served_folder,
@@ -219,6 +220,15 @@ def _check_data_folder(folder: Path) -> None:
         folder_layout(folder).check(str(folder))
     except DatasetLayoutError as exc:
         raise click.BadParameter(f"{folder}: {exc.fix}", param_hint="'--data'") from None
+    links = links_not_served(folder)
+    if links:
+        shown = ", ".join(links[:3]) + (f" and {len(links) - 3} more" if len(links) > 3 else "")
+        raise click.BadParameter(
+            f"{folder}: {shown}: the local S3 server gets a copy of what is inside the folder "
+            "and does not follow links to folders, or to files outside it (the pipeline reads "
+            "the copy, as from S3 on a cluster); put the files themselves in the folder",
+            param_hint="'--data'",
+        )
 
 
 @main.command("run-local")

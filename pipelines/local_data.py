@@ -73,6 +73,25 @@ def served_folder(
         )
 
 
+def links_not_served(folder: Path) -> list[str]:
+    """The links under ``folder`` that its upload to the local S3 server does not follow, as
+    ``'train' -> /elsewhere/train``: every linked folder (an upload never descends into one) and
+    every linked file that leads out of ``folder``. The data step would not see what they hold
+    (``components.s3_sync.local_files.walk_local``'s rule)."""
+    root = os.path.realpath(folder)
+    found = []
+    for top, dirs, files in os.walk(folder):  # links to folders are listed, not descended
+        for name in sorted(dirs + files):
+            path = Path(top, name)
+            if not path.is_symlink():
+                continue
+            target = os.path.realpath(path)
+            leaves = os.path.commonpath([root, target]) != root
+            if name in dirs or leaves:
+                found.append(f"{str(path.relative_to(folder))!r} -> {target}")
+    return found
+
+
 def local_data_uri(folder: Path, bucket: str = LOCAL_BUCKET) -> str:
     """Where ``served_folder`` puts ``folder``: ``s3://<bucket>/datasets/<its name>``."""
     return f"s3://{bucket}/datasets/{_key_part(folder.resolve().name)}"

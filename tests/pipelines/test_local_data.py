@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipelines.local_data import served_folder
+from click.testing import CliRunner
+
+from pipelines.cli import main
+from pipelines.local_data import links_not_served, served_folder
 from tests.image_data import write_image_folder
 
 
@@ -29,3 +32,26 @@ def test_a_file_moved_or_deleted_in_the_folder_leaves_the_served_copy(tmp_path: 
     with served_folder(folder, tmp_path / "s3-data") as second:
         assert _served_keys(second) == files
         assert (second.upload.transferred, second.upload.deleted) == (1, 2)
+
+
+def test_links_the_upload_does_not_follow_are_refused_before_anything_starts(tmp_path: Path):
+    """A data set assembled with links (train/ -> a bigger disk): the folder's own check read
+    through them and passed, the upload left them out (it follows no linked folder), and the run
+    failed at its data step with "has no train/ folder (it has ['val'])"."""
+    folder = write_image_folder(tmp_path / "flowers", per_class=1, val_per_class=1)
+    elsewhere = tmp_path / "big-disk" / "train"
+    elsewhere.parent.mkdir()
+    (folder / "train").rename(elsewhere)
+    (folder / "train").symlink_to(elsewhere)
+    inside = folder / "val" / "circle" / "same.png"
+    inside.symlink_to(next((folder / "val" / "circle").iterdir()))  # a file link inside: served
+    assert links_not_served(folder) == [f"'train' -> {elsewhere}"]
+
+    workspace = tmp_path / "workspace"
+    args = ["run-local", "--data", str(folder), "--workspace", str(workspace)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert f"'--data': {folder}: 'train' -> {elsewhere}: the local S3 server gets a copy" in (
+        result.output
+    )
+    assert not (workspace / "s3-data").exists()  # refused before the server started
