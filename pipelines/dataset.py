@@ -254,6 +254,17 @@ def folder_layout(folder: Path) -> Layout:
             and any(f.is_file() and is_image_file(f.name) for f in p.iterdir())
         ],
         nested=[p.name for p in tops if any((p / split).is_dir() for split in SPLITS)],
+        grouped=[
+            p.name
+            for p in tops
+            if p.name not in SPLITS
+            and not any((p / split).is_dir() for split in SPLITS)
+            and any(
+                c.is_dir() and any(f.is_file() and is_image_file(f.name) for f in c.iterdir())
+                for c in p.iterdir()
+                if not c.name.startswith(".")
+            )
+        ],
         top_files=sorted(
             p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
         )
@@ -283,6 +294,7 @@ def listing_layout(keys: Iterable[str]) -> Layout:
     top: set[str] = set()
     unsplit: set[str] = set()
     nested: set[str] = set()
+    grouped: set[str] = set()
     top_files = sorted(key for key in keys if "/" not in key and not key.startswith("."))
     for key in keys:
         parts = key.split("/")
@@ -293,6 +305,8 @@ def listing_layout(keys: Iterable[str]) -> Layout:
             unsplit.add(parts[0])
         if len(parts) >= 3 and parts[1] in SPLITS:
             nested.add(parts[0])
+        elif parts[0] not in SPLITS and len(parts) == 3 and is_image_file(parts[2]):
+            grouped.add(parts[0])
         if parts[0] not in SPLITS or len(parts) < 3:
             continue
         classes = splits.setdefault(parts[0], {})
@@ -307,6 +321,7 @@ def listing_layout(keys: Iterable[str]) -> Layout:
         unused=unused_files(keys),
         unsplit=sorted(unsplit),
         nested=sorted(nested),
+        grouped=sorted(grouped - nested),
         top_files=top_files,
     )
 
@@ -351,6 +366,10 @@ class Layout:
     nested: list[str] = field(default_factory=list)
     """Top-level folders that hold a train/ or val/ folder: the data set one level down (named
     in the error when a split is missing)."""
+    grouped: list[str] = field(default_factory=list)
+    """Top-level folders besides train/ and val/ that hold class folders of images: the data set
+    not yet split, one level down (Food-101's images/; named in the error when a split is
+    missing)."""
     top_files: list[str] = field(default_factory=list)
     """The files at the top, beside the folders (named in the error when a split is missing:
     an archive of the data set, uploaded as it is)."""
@@ -376,8 +395,9 @@ class Layout:
         return f"no folders, only the files {_first([repr(n) for n in self.top_files], 5)}"
 
     def _missing_split_hint(self, split: str, root: str) -> str:
-        """What the user likely meant, when ``split`` is missing: the data set one folder down,
-        the split under another name, or class folders not yet split."""
+        """What the user likely meant, when ``split`` is missing: an archive of the data set, the
+        data set one folder down, the split under another name, or class folders not yet split
+        (at the top, or one folder down)."""
         archives = [name for name in self.top_files if is_archive(name)]
         if archives and not self.top:
             return (
@@ -391,6 +411,13 @@ class Layout:
         if named:
             held_out = " (images kept out of the training)" if split == "val" else ""
             return f"; rename {named[0]!r} to {split}/{held_out}: the pipeline reads these names"
+        if self.grouped and not self.unsplit:
+            below = self.grouped[0]
+            return (
+                f"; {below!r} holds class folders of images without a train/val split: move "
+                f"each to {root}/train/<class>/ and some of each class's images (one in five, "
+                f"say) to {root}/val/<class>/"
+            )
         return self._split_hint(root)
 
     def _split_hint(self, root: str) -> str:

@@ -81,6 +81,25 @@ def test_a_split_under_another_name_is_named_with_the_rename(tops, hint):
     assert hint in str(refused.value)
 
 
+def test_class_folders_one_level_down_without_a_split_are_named(tmp_path: Path):
+    """Food-101 as published: images/<class>/*.jpg beside meta/ (its own split lists)."""
+    folder = tmp_path / "food-101"
+    write_image_folder(folder / "images", per_class=1, val_per_class=None)
+    (folder / "images" / "train").rename(folder / "images" / "all")
+    for name in ("circle", "square"):
+        (folder / "images" / "all" / name).rename(folder / "images" / name)
+    (folder / "images" / "all").rename(folder / "meta")
+    keys = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+    for layout in (listing_layout(keys), folder_layout(folder)):
+        with pytest.raises(DatasetLayoutError) as refused:
+            layout.check("s3://b/food")
+        assert str(refused.value).endswith(
+            "; 'images' holds class folders of images without a train/val split: move each to "
+            "s3://b/food/train/<class>/ and some of each class's images (one in five, say) to "
+            "s3://b/food/val/<class>/"
+        )
+
+
 def test_a_data_set_uploaded_as_an_archive_is_named_as_one():
     layout = listing_layout(["flowers.zip", "README.md"])
     with pytest.raises(DatasetLayoutError) as refused:
