@@ -81,6 +81,19 @@ def test_a_split_under_another_name_is_named_with_the_rename(tops, hint):
     assert hint in str(refused.value)
 
 
+def _refusal(folder: Path, data_uri: str) -> str:
+    """Why the data step refuses ``folder``: the same read from its files (a local folder) as
+    from an S3 listing of them."""
+    keys = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+    said = []
+    for layout in (listing_layout(keys), folder_layout(folder)):
+        with pytest.raises(DatasetLayoutError) as refused:
+            layout.check(data_uri)
+        said.append(str(refused.value))
+    assert said[0] == said[1]
+    return said[0]
+
+
 def test_class_folders_one_level_down_without_a_split_are_named(tmp_path: Path):
     """Food-101 as published: images/<class>/*.jpg beside meta/ (its own split lists)."""
     folder = tmp_path / "food-101"
@@ -89,15 +102,11 @@ def test_class_folders_one_level_down_without_a_split_are_named(tmp_path: Path):
     for name in ("circle", "square"):
         (folder / "images" / "all" / name).rename(folder / "images" / name)
     (folder / "images" / "all").rename(folder / "meta")
-    keys = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
-    for layout in (listing_layout(keys), folder_layout(folder)):
-        with pytest.raises(DatasetLayoutError) as refused:
-            layout.check("s3://b/food")
-        assert str(refused.value).endswith(
-            "; 'images' holds class folders of images without a train/val split: move each to "
-            "s3://b/food/train/<class>/ and some of each class's images (one in five, say) to "
-            "s3://b/food/val/<class>/"
-        )
+    assert _refusal(folder, "s3://b/food").endswith(
+        "; 'images' holds class folders of images without a train/val split: move each to "
+        "s3://b/food/train/<class>/ and some of each class's images (one in five, say) to "
+        "s3://b/food/val/<class>/"
+    )
 
 
 def test_a_data_set_uploaded_as_an_archive_is_named_as_one():
@@ -116,13 +125,9 @@ def test_a_data_set_uploaded_as_an_archive_is_named_as_one():
 def test_a_data_uri_one_folder_too_high_is_named_with_the_one_below(tmp_path: Path):
     folder = tmp_path / "bucket"
     write_image_folder(folder / "flowers", per_class=1, val_per_class=1)
-    keys = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
-    for layout in (listing_layout(keys), folder_layout(folder)):
-        with pytest.raises(DatasetLayoutError) as refused:
-            layout.check("s3://b/d")
-        assert str(refused.value).endswith(
-            "; 'flowers' holds the splits itself: set data_uri to s3://b/d/flowers"
-        )
+    assert _refusal(folder, "s3://b/d").endswith(
+        "; 'flowers' holds the splits itself: set data_uri to s3://b/d/flowers"
+    )
 
 
 def test_training_classes_without_val_images_are_named_before_the_training():

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 import torch
 
 from tests.image_data import write_image_folder
-from tests.trainer.trainer_launch import REPO, TINY, base_env
+from tests.trainer.trainer_launch import REPO, TINY, base_env, our_torchrun_command
 from trainer import checkpoint as ckpt
 from trainer.checkpointer import Checkpointer
 from trainer.errors import EXIT_STORAGE, StorageError
@@ -132,8 +131,7 @@ def test_disk_full_under_torchrun_exits_4_and_the_pod_log_ends_with_the_cause(tm
     args = ["--data-dir", data, "--output-dir", tmp_path / "out", "--checkpoint-dir", disk]
     args += [*TINY, "--batch-size", "2", "--max-steps", "8", "--checkpoint-every-steps", "2"]
     args += ["--keep-checkpoints", "1"]
-    command = [sys.executable, "-m", "trainer.torchrun", "--standalone", "--nproc_per_node=2"]
-    command += ["-m", "trainer.train", *map(str, args)]
+    command = our_torchrun_command(args, nproc=2)
     result = subprocess.run(
         command,
         cwd=REPO,

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import resource
 import subprocess
-import sys
 from types import SimpleNamespace
 
 import torch
 
-from tests.trainer.trainer_launch import REPO, base_env
+from tests.trainer.trainer_launch import REPO, base_env, our_torchrun_command
 from trainer.errors import EXIT_MEMORY
 from trainer.out_of_memory import is_out_of_memory, out_of_memory
 
@@ -27,8 +26,7 @@ def test_out_of_memory_is_one_line_naming_the_settings_and_not_retried(tmp_path)
     the settings and what to lower, and the exit (5) is permanent."""
     args = ["--synthetic", "--synthetic-size", "2", "--output-dir", tmp_path / "out"]
     args += ["--model", "resnet18", "--image-size", "4096", "--batch-size", "2"]
-    command = [sys.executable, "-m", "trainer.torchrun", "--standalone", "--nproc_per_node=1"]
-    command += ["-m", "trainer.train", *map(str, args)]
+    command = our_torchrun_command(args, nproc=1)
     result = subprocess.run(
         command,
         cwd=REPO,

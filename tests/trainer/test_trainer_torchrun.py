@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.image_data import write_image_folder
-from tests.trainer.trainer_launch import REPO, TINY, base_env
+from tests.trainer.trainer_launch import REPO, TINY, base_env, our_torchrun_command
 from trainer import checkpoint as ckpt
 from trainer.torchrun import worker_exit_code
 
@@ -28,8 +28,7 @@ def test_sigterm_to_torchrun_exits_143_after_a_checkpoint(tmp_path):
     out = tmp_path / "out"
     args = ["--data-dir", data, "--output-dir", out, *TINY, "--batch-size", "2"]
     args += ["--epochs", "500", "--checkpoint-every-steps", "0"]
-    command = [sys.executable, "-m", "trainer.torchrun", "--standalone", "--nproc_per_node=2"]
-    command += ["-m", "trainer.train", *map(str, args)]
+    command = our_torchrun_command(args, nproc=2)
     proc = subprocess.Popen(
         command, cwd=REPO, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )

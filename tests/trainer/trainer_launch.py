@@ -106,6 +106,13 @@ def run_operator_style(rank_args: list[list[str]], *, log_dir: Path, timeout: fl
     return codes, logs(log_dir)
 
 
+def our_torchrun_command(args: list, *, nproc: int) -> list[str]:
+    """``python -m trainer.torchrun`` (the pod's entry point) of ``nproc`` trainers on this
+    machine, each with ``args``."""
+    launch = [sys.executable, "-m", "trainer.torchrun", "--standalone", f"--nproc_per_node={nproc}"]
+    return [*launch, "-m", "trainer.train", *map(str, args)]
+
+
 def run_torchrun(args: list[str], *, nproc: int = 2, timeout: float = 120):
     command = [
         sys.executable,
