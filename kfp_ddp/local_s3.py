@@ -579,6 +579,23 @@ class _StartupFailed(RuntimeError):
     """The server process could not start or did not become ready (retried with new ports)."""
 
 
+def data_dir_holder(data_dir: str | os.PathLike) -> str | None:
+    """The pid of the server running on ``data_dir`` (its lock held), or None when none is."""
+    path = Path(data_dir) / DATA_LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.read(fd, 32).decode(errors="replace").strip() or "?"
+        return None
+    finally:
+        os.close(fd)
+
+
 class LocalS3StorageError(RuntimeError):
     """The server cannot take writes for lack of room (raised by ``start``, not retried)."""
 

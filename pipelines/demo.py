@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kfp_ddp.atomic_files import write_json_atomic
+from kfp_ddp.local_s3 import data_dir_holder
 from pipelines.digits import write_digits_image_folder
 from pipelines.local_data import served_folder
 from pipelines.local_run import LocalRunError, check_run_arguments, run_local
@@ -102,6 +103,12 @@ class DemoOutput:
         root = self.root
         if root.exists() and not root.is_dir():
             raise OutputRefused(f"--output {root}: it exists and is not a folder; pick a folder")
+        running = data_dir_holder(self / "s3-data")
+        if running is not None:
+            raise OutputRefused(
+                f"--output {root}: another demo is running there (its S3 server, pid {running}); "
+                "nothing was touched. Wait for it to end, or pick another --output"
+            )
         empty = not root.exists() or not any(root.iterdir())
         if fresh and not empty:
             if not self.is_marked():

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kfp_ddp.local_s3 import LocalS3Server
 from pipelines.demo import EXIT_REFUSED, DemoOutput, OutputRefused
 from pipelines.demo import main as demo_main
 
@@ -98,6 +99,29 @@ def test_fresh_clears_what_the_demo_made_and_nothing_else(tmp_path: Path) -> Non
     assert (output.root / "my-notes.txt").read_bytes() == b"keep me"
     assert (elsewhere / "precious.bin").read_bytes() == b"never followed"
     assert output.is_marked()
+
+
+def test_an_output_where_a_demo_runs_is_refused_and_left_alone(tmp_path: Path) -> None:
+    """A second demo (--fresh or not) on the output of one that runs cleared or rewrote its data
+    set and workspace under it; its own S3 server then failed to start."""
+    output = DemoOutput(tmp_path / "demo-output")
+    output.prepare(fresh=False)
+    with LocalS3Server(data_dir=output / "s3-data") as running:
+        _write(output.root, {"dataset/train/0/a.png": b"png", "logs/pipeline.log": b"log"})
+        before = _tree(output.root)
+        for fresh in (True, False):
+            with pytest.raises(OutputRefused) as refused:
+                output.prepare(fresh=fresh)
+            assert f"another demo is running there (its S3 server, pid {os.getpid()})" in str(
+                refused.value
+            )
+            after = _tree(output.root)  # the server's own files change as it runs: not ours
+            assert {k: v for k, v in after.items() if not k.startswith("s3-data")} == {
+                k: v for k, v in before.items() if not k.startswith("s3-data")
+            }
+        assert running.running
+    output.prepare(fresh=True)  # once it has ended
+    assert not (output.root / "dataset").exists()
 
 
 def test_only_a_new_or_empty_folder_is_marked(tmp_path: Path) -> None:
