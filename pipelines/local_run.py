@@ -27,6 +27,7 @@ from pipelines.plan import DEFAULT_STORAGE
 from pipelines.publish import read_evaluation
 from pipelines.training import PIPELINE_NAME, build_training_pipeline
 from pipelines.validation import ArgumentError, check_arguments
+from pipelines.workspace_lock import WorkspaceBusy, held_workspace
 
 TRAIN_TASK = "training-job-component"
 """kfp.local's folder of the training step (named after the component function)."""
@@ -227,10 +228,38 @@ def run_local(
     ``log_dir`` (default ``WORKSPACE/logs``; ``verbose`` shows it live too). Raises
     LocalRunError on failure, naming the failed step, its cause and the log file.
     """
-    from kfp import local
-
     workspace = Path(workspace).resolve()
     workspace.mkdir(parents=True, exist_ok=True)
+    try:
+        with held_workspace(workspace):
+            return _run_local(
+                arguments,
+                workspace=workspace,
+                storage=storage,
+                pipeline_root=pipeline_root,
+                enable_caching=enable_caching,
+                image=image,
+                verbose=verbose,
+                log_dir=log_dir,
+            )
+    except WorkspaceBusy as exc:
+        raise LocalRunError(str(exc)) from None
+
+
+def _run_local(
+    arguments: dict[str, Any],
+    *,
+    workspace: Path,
+    storage: str,
+    pipeline_root: Path | None,
+    enable_caching: bool,
+    image: str,
+    verbose: bool,
+    log_dir: Path | None,
+) -> LocalRun:
+    """:func:`run_local`'s work, in a ``workspace`` it holds."""
+    from kfp import local
+
     pipeline_root = Path(pipeline_root or workspace / "kfp-outputs").resolve()
     pipeline_root.mkdir(parents=True, exist_ok=True)
     check_run_arguments(arguments, workspace, storage)

@@ -1,0 +1,43 @@
+"""One local run at a time in a workspace: its nodes' folders are the workspace's.
+
+Two ``kfp-ddp run-local`` (or ``make demo``) runs in one workspace share ``nodes/<replica>``: a
+node's ``TMPDIR`` there is emptied when it stops, under the other run's node, and both stage
+into the same folders. So a run holds the workspace (``flock`` on a file in it, released by
+the kernel however the process ends) and a second one is refused, naming the first's pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+LOCK_FILE = ".kfp-ddp-run.lock"
+
+
+class WorkspaceBusy(RuntimeError):
+    """Another local run holds the workspace."""
+
+
+@contextlib.contextmanager
+def held_workspace(workspace: Path) -> Iterator[None]:
+    """Hold ``workspace`` (an existing folder) while the block runs; WorkspaceBusy if another
+    process holds it."""
+    fd = os.open(workspace / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            raise WorkspaceBusy(
+                f"the workspace {workspace} is in use by another local run (pid {holder}); wait "
+                "for it to end, or give this run a workspace of its own (--workspace, or the "
+                "demo's --output)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        yield
+    finally:
+        os.close(fd)  # releases the lock
