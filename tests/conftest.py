@@ -96,17 +96,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     )
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _sync_hash_caches_stay_in_the_session(tmp_path_factory) -> Iterator[None]:
-    """Every sync's hash cache (one JSON per local folder) in this session's temp folder, not in
-    the user's ``~/.cache/kfp-ddp/s3-sync``: the tests sync into thousands of temp folders, whose
-    caches would pile up there (1,081 files after a few days of runs). The processes the tests
-    start (the demo, kfp.local's steps, the trainers) inherit it; a test may set its own."""
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("S3SYNC_CACHE_DIR", str(tmp_path_factory.mktemp("s3-sync-cache")))
-        yield
-
-
 @pytest.fixture
 def image_folder(tmp_path: Path) -> Path:
     """A tiny 3-class ImageFolder with train/ and val/ splits of 16x16 PNGs."""
