@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -44,6 +43,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from kfp_ddp import pid_lock
 from kfp_ddp.free_ports import free_ports
 from kfp_ddp.parent_death import die_with_this_process
 
@@ -381,20 +381,14 @@ class LocalS3Server:
         only that it could not lock its store): LocalS3Busy naming the holder if another has it."""
         if self._lock_fd is not None:
             return
-        path = data_dir / DATA_LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
+            fd = pid_lock.hold(data_dir / DATA_LOCK_FILE)
+        except pid_lock.LockHeld as held:
             raise LocalS3Busy(
                 f"the local S3 data folder {data_dir} is in use by another server (pid "
-                f"{holder}: another `kfp-ddp run-local` or `make demo` with this workspace); "
-                "wait for it to end, or run this one with another workspace"
+                f"{held.holder}: another `kfp-ddp run-local` or `make demo` with this "
+                "workspace); wait for it to end, or run this one with another workspace"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
         self._lock_fd = fd
 
     def stop(self) -> None:
@@ -581,19 +575,7 @@ class _StartupFailed(RuntimeError):
 
 def data_dir_holder(data_dir: str | os.PathLike) -> str | None:
     """The pid of the server running on ``data_dir`` (its lock held), or None when none is."""
-    path = Path(data_dir) / DATA_LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return os.read(fd, 32).decode(errors="replace").strip() or "?"
-        return None
-    finally:
-        os.close(fd)
+    return pid_lock.holder(Path(data_dir) / DATA_LOCK_FILE)
 
 
 class LocalS3StorageError(RuntimeError):

@@ -9,10 +9,11 @@ the kernel however the process ends) and a second one is refused, naming the fir
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
+
+from kfp_ddp import pid_lock
 
 LOCK_FILE = ".kfp-ddp-run.lock"
 
@@ -25,19 +26,15 @@ class WorkspaceBusy(RuntimeError):
 def held_workspace(workspace: Path) -> Iterator[None]:
     """Hold ``workspace`` (an existing folder) while the block runs; WorkspaceBusy if another
     process holds it."""
-    fd = os.open(workspace / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            raise WorkspaceBusy(
-                f"the workspace {workspace} is in use by another local run (pid {holder}); wait "
-                "for it to end, or give this run a workspace of its own (--workspace, or the "
-                "demo's --output)"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        fd = pid_lock.hold(workspace / LOCK_FILE)
+    except pid_lock.LockHeld as held:
+        raise WorkspaceBusy(
+            f"the workspace {workspace} is in use by another local run (pid {held.holder}); wait "
+            "for it to end, or give this run a workspace of its own (--workspace, or the "
+            "demo's --output)"
+        ) from None
+    try:
         yield
     finally:
         os.close(fd)  # releases the lock
