@@ -3,14 +3,21 @@
 One small JSON per local folder in the user cache (``$S3SYNC_CACHE_DIR``, else
 ``~/.cache/kfp-ddp/s3-sync``), never inside the folder, keyed by (relative path, size,
 mtime_ns). Best effort: an unreadable or unwritable cache only means files are hashed again.
+
+The folder holds at most ``CACHE_LIMIT`` of them, the least recently used removed as a new one is
+written: every run syncs temporary folders too (the evaluation's download, the model it
+publishes, the trainer's uploads), whose caches no run reads again; without a bound they piled
+up, ~8 a ``make demo``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -21,6 +28,10 @@ log = logging.getLogger("components.s3_sync")
 CACHE_ENV = "S3SYNC_CACHE_DIR"
 """Env var naming the folder for the hash caches (default ``~/.cache/kfp-ddp/s3-sync``)."""
 _FORMAT_VERSION = 1
+CACHE_LIMIT = 256
+"""How many folders' caches the cache folder keeps (the most recently used)."""
+CACHE_NAME = re.compile(r"[0-9a-f]{32}\.json")
+"""A cache file's name (``hash_cache_path``): nothing else in the folder is ever removed."""
 
 
 class CacheEntry(NamedTuple):
@@ -61,6 +72,7 @@ class HashCache:
             data = json.loads(self.path.read_text())
             if data.get("version") != _FORMAT_VERSION or data.get("root") != self.root:
                 return {}
+            _mark_used(self.path)
             return {
                 rel: CacheEntry(*fields)
                 for rel, fields in data.get("files", {}).items()
@@ -100,3 +112,32 @@ class HashCache:
             log.debug("s3-sync: could not save %s: %s", self.path, exc)
         else:
             self.dirty = False  # a second save() with nothing new writes nothing
+            prune_caches(self.path.parent)
+
+
+def _mark_used(path: Path) -> None:
+    """Give ``path`` the time of now: the most recently used cache, the last to be removed."""
+    with contextlib.suppress(OSError):  # a read-only cache folder: nothing is written there
+        os.utime(path)
+
+
+def prune_caches(folder: Path) -> None:
+    """Remove the least recently used hash caches in ``folder`` beyond ``CACHE_LIMIT`` (best
+    effort: another sync may be removing or writing them too). Only cache files are touched."""
+    found: list[tuple[int, str]] = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if CACHE_NAME.fullmatch(entry.name):
+                    try:
+                        found.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.path))
+                    except OSError:
+                        continue  # removed meanwhile
+    except OSError:
+        return
+    if len(found) <= CACHE_LIMIT:
+        return
+    found.sort(reverse=True)
+    for _, path in found[CACHE_LIMIT:]:
+        with contextlib.suppress(OSError):  # another sync removed it first
+            os.unlink(path)
