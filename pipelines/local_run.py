@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,11 @@ DATA_TASKS = ("list-dataset-step", "stage-dataset-step")
 """kfp.local's folder of the data step (object-store storage, shared-volume storage)."""
 PUBLISH_TASK = "publish-model-step"
 """kfp.local's folder of the publishing step."""
+STEPS_TMP = ".kfp-steps-tmp"
+"""The steps' ``TMPDIR`` in the workspace (a step pod's ``/tmp``), removed after the run:
+kfp.local writes each step's code to a ``mktemp -d`` folder it leaves behind, and the
+evaluation downloads the validation split to a temporary folder (on a small tmpfs ``/tmp``
+that is memory)."""
 
 
 class LocalRunError(RuntimeError):
@@ -282,13 +288,16 @@ def _run_local(
     root_logger.setLevel(min(old_level, logging.INFO) if old_level else logging.INFO)
     log_path = open_log(Path(log_dir or workspace / "logs"))
     print(f"pipeline log: {log_path}", flush=True)
+    steps_tmp = workspace / STEPS_TMP
+    shutil.rmtree(steps_tmp, ignore_errors=True)  # a killed run's (the workspace is held)
+    steps_tmp.mkdir()
     with open(log_path, "a", encoding="utf-8") as log:
         console = RunConsole(log=log, console=sys.stdout, verbose=verbose)
         try:
             with (
                 contextlib.redirect_stdout(console),
                 contextlib.redirect_stderr(console),
-                environment({NODES_DIR_ENV: str(workspace / "nodes")}),
+                environment({NODES_DIR_ENV: str(workspace / "nodes"), "TMPDIR": str(steps_tmp)}),
             ):
                 pipeline(**arguments)
         except Exception as exc:  # kfp.local raises RuntimeError naming the failed task
@@ -297,6 +306,7 @@ def _run_local(
         finally:
             root_logger.removeHandler(hits)
             root_logger.setLevel(old_level)
+            shutil.rmtree(steps_tmp, ignore_errors=True)
     new = [
         p
         for p in pipeline_root.iterdir()

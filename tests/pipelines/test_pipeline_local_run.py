@@ -51,8 +51,13 @@ def _published(s3_server, uri: str) -> list[str]:
     return sorted(o["Key"][len(prefix) :] for o in listing.get("Contents", []))
 
 
-def test_shared_volume_gate_passes_and_the_model_is_published(dataset_uri, s3_server, tmp_path):
+def test_shared_volume_gate_passes_and_the_model_is_published(
+    dataset_uri, s3_server, tmp_path, monkeypatch
+):
     publish = f"{dataset_uri.rsplit('/', 1)[0]}/models-passed"
+    system_tmp = tmp_path / "system-tmp"  # this machine's /tmp, as the steps would see it
+    system_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(system_tmp))
     run = run_local(
         _arguments(dataset_uri, s3_server, 0.0, publish),
         workspace=tmp_path / "ws",
@@ -73,6 +78,10 @@ def test_shared_volume_gate_passes_and_the_model_is_published(dataset_uri, s3_se
     # The data the run trained on is frozen under its source and digest.
     (frozen,) = Path(tmp_path / "ws" / "data").glob(f"*/{digest[:16]}")
     assert (frozen / "train").is_dir() and (frozen / "val").is_dir()
+    # The steps' temporary folders (kfp.local's copies of their code, the evaluation's download)
+    # were in the workspace, and are gone; nothing was left in the machine's temp folder.
+    assert not list(system_tmp.iterdir())
+    assert not (tmp_path / "ws" / ".kfp-steps-tmp").exists()
 
 
 def _keys(s3_server, uri: str) -> list[str]:
