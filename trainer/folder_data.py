@@ -43,8 +43,9 @@ from trainer.image_check import (
     without,
 )
 from trainer.listing import ImageListing, broadcast_bytes, shared_splits
-from trainer.loader import StreamedImages, default_num_workers, prefetch_depth, shm_bytes
+from trainer.loader import StreamedImages, default_num_workers, prefetch_depth
 from trainer.mirror_probe import MirrorProbe, probe_mirror
+from trainer.shared_memory import shm_bytes
 
 SIZE_SAMPLE = 64
 """Files whose sizes estimate a batch of encoded JPEGs (``--decode gpu``)."""

@@ -18,7 +18,6 @@ those (see :mod:`trainer.randomness`), so a run resumed mid-epoch gets the very 
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import threading
 import time
@@ -34,6 +33,7 @@ from trainer.data import (
     load_image,
     shard_batches,
 )
+from trainer.data_worker_loss import watched
 from trainer.distributed import available_cpus
 from trainer.epoch_size import steps_per_epoch
 from trainer.gpu_decode import (
@@ -142,15 +142,6 @@ def default_num_workers(device: torch.device, local_processes: int, cpus: int | 
     if cpus is None:
         cpus = available_cpus()
     return max(2, cpus // max(1, local_processes) - 1)
-
-
-def shm_bytes(path: str = "/dev/shm") -> int | None:
-    """Size of the shared-memory file system DataLoader batches travel through (None: none)."""
-    try:
-        stats = os.statvfs(path)
-    except OSError:
-        return None
-    return stats.f_blocks * stats.f_frsize
 
 
 def prefetch_depth(
@@ -363,13 +354,13 @@ class StreamedImages:
 
     def epoch(self, epoch: int, start_batch: int = 0) -> Iterator[Batch]:
         self.sampler.set_position(epoch, start_batch)
-        return self.feed(self.train_loader)
+        return self.feed(watched(self.train_loader))
 
     def validation(self, batch_size: int) -> Iterator[Batch]:
         """This rank's validation shard (batch size fixed at construction: ``val_batch_size``)."""
         if self.val_loader is None:
             return iter(())
-        return self.feed(self.val_loader)
+        return self.feed(watched(self.val_loader))
 
 
 class _Finish:

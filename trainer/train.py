@@ -18,6 +18,7 @@ from pathlib import Path
 from kfp_ddp.atomic_files import write_json_atomic
 from kfp_ddp.console import whole_lines
 from trainer.config import TrainConfig, config_from, load_config_file
+from trainer.data_worker_loss import memory_limit_hits, verdict, worker_death
 from trainer.device import configure_backends, select_device, settle_for_device
 from trainer.distributed import (
     StopRequest,
@@ -55,6 +56,7 @@ def run_training(config: TrainConfig, environ: typing.Mapping[str, str] = os.env
     stop = StopRequest()
     stop.install()
     device = None  # until select_device picks it
+    limit_hits = memory_limit_hits()  # before any data-loading worker starts
     try:
         env = dist_env_from(environ)
         device = select_device(config, env, environ)
@@ -70,6 +72,13 @@ def run_training(config: TrainConfig, environ: typing.Mapping[str, str] = os.env
             _report_to_torchrun(err, environ)
         return err.exit_code
     except RuntimeError as err:  # torch.distributed.DistError is one
+        died = worker_death(err)
+        if died is not None:
+            outcome = verdict(died, config, limit_hits)
+            _error(outcome)
+            if isinstance(outcome, TrainerError):
+                _report_to_torchrun(outcome, environ)
+            return outcome.exit_code
         if is_out_of_memory(err):
             oom = out_of_memory(err, config, device)
             _error(oom)
