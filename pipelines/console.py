@@ -5,7 +5,8 @@ kfp.local prints every task's executor input and output JSON, its warnings and t
 (hundreds of lines for the demo). ``RunConsole`` stands in for ``sys.stdout`` during the run:
 every line goes to the log file; the console gets
 
-* ``✓ stage data from S3  3.1 s`` / ``✗ train  41.0 s`` when a step finishes,
+* ``✓ stage data from S3  3.1 s`` / ``✗ train  41.0 s`` when a step finishes, and
+  ``↻ train: attempt 2 of 3`` when kfp.local runs a failed step again (its retry policy),
 * the data step's report (``data: 36 files (3 classes) ...``, the images per class, the files
   the training will skip), the check step's ``start:`` lines (``init_from=latest: ...``) and
   the publish step's ``latest:`` line,
@@ -40,6 +41,8 @@ STEP_NAMES = {
 STARTED = re.compile(r"Executing task '([^']+)'")
 FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
 CACHE_HIT = re.compile(r"Task (\S+) cache hit")
+RETRYING = re.compile(r"Task '?([\w-]+)'? failed \(attempt (\d+)/(\d+)\)\. Retrying")
+"""kfp.local about to run a failed step again (its retry policy: the training step's)."""
 CAUSES = (
     re.compile(r"bad argument: (.+)"),
     re.compile(r"\[trainer\] error: (.+)"),
@@ -118,6 +121,9 @@ class RunConsole(io.TextIOBase):
         elif found := CACHE_HIT.search(line):
             task = found.group(1).strip("'")
             self._say(f"  ↺ {STEP_NAMES.get(task, task)}  (from cache: same data and settings)")
+        elif found := RETRYING.search(line):
+            task, attempt, attempts = found.group(1), int(found.group(2)), found.group(3)
+            self._say(f"  ↻ {STEP_NAMES.get(task, task)}: attempt {attempt + 1} of {attempts}")
         elif (PROGRESS.search(line) or DATA_REPORT.search(line)) and not self.verbose:
             self._say("    " + line.strip())
         else:

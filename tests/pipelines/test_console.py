@@ -68,3 +68,27 @@ def test_an_exception_in_a_ranks_traceback_is_the_cause():
     assert console.failure() == (
         "step 'train' failed: ValueError: Expected more than 1 value per channel"
     )
+
+
+def test_a_retried_step_says_which_attempt_runs():
+    """The training step is retried (a retry re-attaches to its job and fails in seconds after a
+    permanent failure): each attempt's ✗ is followed by the attempt that runs next."""
+    attempt = [
+        "Executing task 'training-job-component'",
+        "    [node-0] [trainer] error: out of this node's memory with --batch-size 512",
+        "Task 'training-job-component' finished with status FAILURE",
+    ]
+    retrying = "Task training-job-component failed (attempt {}/3). Retrying in 0.0s..."
+    lines = [*attempt, retrying.format(1), *attempt, retrying.format(2), *attempt]
+    console, shown = _console(lines)
+    steps = [line.strip() for line in shown.splitlines() if line.strip()[:1] in ("✗", "↻")]
+    assert [step.split("  ")[0] for step in steps] == [
+        "✗ train",
+        "↻ train: attempt 2 of 3",
+        "✗ train",
+        "↻ train: attempt 3 of 3",
+        "✗ train",
+    ]
+    assert console.failure() == (
+        "step 'train' failed: out of this node's memory with --batch-size 512"
+    )
