@@ -22,6 +22,7 @@ import click
 from components import DEFAULT_IMAGE
 from components.launcher.spec import SpecError
 from components.launcher.step import TrainingStepInputs, training_spec
+from components.s3_sync import S3SyncError
 from kfp_ddp.local_s3 import LocalS3Busy, LocalS3StorageError
 from pipelines.cli_arguments import checked_arguments, parse_parameters, pipeline_inputs
 from pipelines.dataset import DatasetLayoutError, folder_layout
@@ -329,7 +330,7 @@ def run_local_command(
                 enable_caching=cache,
                 verbose=verbose,
             )
-    except (LocalRunError, LocalS3Busy, LocalS3StorageError) as exc:
+    except (LocalRunError, LocalS3Busy, LocalS3StorageError, S3SyncError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(result.describe())
     failure = result.gate_failure()

@@ -21,6 +21,19 @@ _NAME_LIMIT = 160
 """UTF-8 bytes of a final name kept in its temp name (temp names must fit in 255 bytes)."""
 
 
+def names_not_utf8(rels) -> list[str]:
+    """The relative paths of ``rels`` that are not UTF-8 (S3 keys must be), shown with their
+    odd bytes escaped (``'train/a/caf\\xe9.png'``): names made by an archive or a system that
+    wrote another encoding, such as Latin-1, which Python reads with surrogate escapes."""
+    shown = []
+    for rel in rels:
+        try:
+            rel.encode("utf-8")
+        except UnicodeEncodeError:
+            shown.append(os.fsencode(rel).decode("utf-8", "backslashreplace"))
+    return sorted(shown)
+
+
 @dataclass(slots=True)
 class LocalFile:
     rel: str

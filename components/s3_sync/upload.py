@@ -26,7 +26,7 @@ from components.s3_sync.hashing import (
     multipart_candidates,
 )
 from components.s3_sync.listing import RemoteObject, list_objects
-from components.s3_sync.local_files import LocalFile, walk_local
+from components.s3_sync.local_files import LocalFile, names_not_utf8, walk_local
 from components.s3_sync.options import SyncOptions, SyncReport
 from components.s3_sync.progress import Progress
 from components.s3_sync.s3_uri import S3Location
@@ -69,6 +69,7 @@ class UploadJob:
         local, listing, cache = self._walk_and_list(refused)
         report.refused = [r for r in refused if options.selects(r)]
         files = {rel: lf for rel, lf in local.items() if options.selects(rel)}
+        self._refuse_names_not_utf8(files)
         remote = {ob.rel: ob for ob in listing}
         sends = self._decide(files, remote, cache)
         report.files = len(files)
@@ -90,6 +91,19 @@ class UploadJob:
         finally:
             cache.save(keep=set(files))
         return report
+
+    def _refuse_names_not_utf8(self, files: dict[str, LocalFile]) -> None:
+        """Before anything is sent: a file whose name is not UTF-8 has no S3 key (it failed
+        the upload part-way with a UnicodeEncodeError)."""
+        odd = names_not_utf8(files)
+        if odd:
+            shown = ", ".join(f"'{name}'" for name in odd[:5])
+            more = f" and {len(odd) - 5} more" if len(odd) > 5 else ""
+            raise S3SyncError(
+                f"{len(odd)} file name(s) under {str(self.src)!r} are not UTF-8, which S3 keys "
+                f"must be: {shown}{more}; rename them to UTF-8 (from Latin-1, for example: "
+                f"convmv -f latin1 -t utf8 -r --notest {str(self.src)!r}); nothing was uploaded"
+            )
 
     def _walk_and_list(
         self, refused: list[str]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -55,3 +56,21 @@ def test_links_the_upload_does_not_follow_are_refused_before_anything_starts(tmp
         result.output
     )
     assert not (workspace / "s3-data").exists()  # refused before the server started
+
+
+def test_a_file_name_that_is_not_utf8_is_named_before_anything_is_uploaded(tmp_path: Path):
+    """A data set unpacked from an archive whose names are Latin-1: Python reads such a name
+    with a surrogate escape, which no S3 key can hold, and the upload failed part-way with a
+    UnicodeEncodeError traceback."""
+    folder = write_image_folder(tmp_path / "photos", per_class=2, val_per_class=1)
+    image = next((folder / "train" / "circle").iterdir())
+    os.rename(image, os.fsencode(image.parent) + b"/caf\xe9.png")
+
+    args = ["run-local", "--data", str(folder), "--workspace", str(tmp_path / "workspace")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[-1] == (
+        f"Error: 1 file name(s) under {str(folder)!r} are not UTF-8, which S3 keys must be: "
+        "'train/circle/caf\\xe9.png'; rename them to UTF-8 (from Latin-1, for example: "
+        f"convmv -f latin1 -t utf8 -r --notest {str(folder)!r}); nothing was uploaded"
+    )

@@ -121,3 +121,17 @@ def test_a_downloaded_big_file_uploads_once(s3_env, bucket, tmp_path):
     fresh.mkdir()
     (fresh / "big.bin").write_bytes(data)
     assert sync(fresh, f"s3://{bucket}/copy", dry_run=True).digest == first.digest
+
+
+def test_a_name_that_is_not_utf8_is_refused_before_anything_is_sent(s3_env, bucket, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "fine.txt").write_text("ok")
+    with open(os.fsencode(src) + b"/na\xefve.txt", "wb") as odd:  # Latin-1
+        odd.write(b"bytes")
+    with pytest.raises(S3SyncError, match=r"1 file name\(s\) under .* are not UTF-8") as raised:
+        sync(src, f"s3://{bucket}/d")
+    assert "'na\\xefve.txt'" in str(raised.value)
+    assert list_keys(s3_env.client(), bucket) == {}  # not even the other file
+    # left out by a filter, it is no reason to refuse
+    assert sync(src, f"s3://{bucket}/d", exclude=["na*"]).transferred == 1
