@@ -407,10 +407,14 @@ class Layout:
         if self.nested:
             below = self.nested[0]
             return f"; {below!r} holds the splits itself: set data_uri to {root}/{below}"
-        named = [name for alias in SPLIT_NAMES[split] for name in self.top if name.lower() == alias]
-        if named:
-            held_out = " (images kept out of the training)" if split == "val" else ""
-            return f"; rename {named[0]!r} to {split}/{held_out}: the pipeline reads these names"
+        renames = self._split_renames()
+        if split in renames:  # every split under another name at once (Train/ and Val/)
+            shown = " and ".join(
+                f"{name!r} to {each}/"
+                + (" (images kept out of the training)" if each == "val" else "")
+                for each, name in renames.items()
+            )
+            return f"; rename {shown}: the pipeline reads these names"
         if self.grouped and not self.unsplit:
             below = self.grouped[0]
             return (
@@ -419,6 +423,15 @@ class Layout:
                 f"say) to {root}/val/<class>/"
             )
         return self._split_hint(root)
+
+    def _split_renames(self) -> dict[str, str]:
+        """Each missing split and the folder at the top that likely is it (``SPLIT_NAMES``)."""
+        renames = {}
+        for split, aliases in SPLIT_NAMES.items():
+            named = [name for alias in aliases for name in self.top if name.lower() == alias]
+            if split not in self.top and named:
+                renames[split] = named[0]
+        return renames
 
     def _split_hint(self, root: str) -> str:
         """How to split class folders that sit at the top (a data set as often published)."""

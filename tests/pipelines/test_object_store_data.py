@@ -69,7 +69,12 @@ def test_empty_class_folders_and_foreign_val_classes_are_named():
     [
         (("train", "valid", "test"), "; rename 'valid' to val/ (images kept out of the training)"),
         (("train", "test"), "; rename 'test' to val/ (images kept out of the training)"),
-        (("Train", "Val"), "; rename 'Train' to train/: the pipeline reads these names"),
+        (("Train", "val"), "; rename 'Train' to train/: the pipeline reads these names"),
+        (
+            ("Train", "Validation"),  # both at once, not one refusal after the other
+            "; rename 'Train' to train/ and 'Validation' to val/ (images kept out of the "
+            "training): the pipeline reads these names",
+        ),
     ],
 )
 def test_a_split_under_another_name_is_named_with_the_rename(tops, hint):
