@@ -270,7 +270,23 @@ def folder_layout(folder: Path) -> Layout:
         )
         if folder.is_dir()
         else [],
+        outside=_outside_splits(folder),
     )
+
+
+def _outside_splits(folder: Path) -> dict[str, int]:
+    """``Layout.outside`` of a local folder."""
+    outside: dict[str, int] = {}
+    for path in sorted(folder.iterdir()) if folder.is_dir() else ():
+        if path.name.startswith(".") or path.name in SPLITS:
+            continue
+        if path.is_dir():
+            count = sum(len(files) for _, _, files in os.walk(path))
+            if count:
+                outside[f"{path.name}/"] = count
+        elif path.is_file():
+            outside[path.name] = 1
+    return outside
 
 
 def unused_files(keys: Iterable[str]) -> list[str]:
@@ -296,8 +312,12 @@ def listing_layout(keys: Iterable[str]) -> Layout:
     nested: set[str] = set()
     grouped: set[str] = set()
     top_files = sorted(key for key in keys if "/" not in key and not key.startswith("."))
+    outside: dict[str, int] = {}
     for key in keys:
         parts = key.split("/")
+        if parts[0] not in SPLITS and not parts[0].startswith("."):
+            name = parts[0] if len(parts) == 1 else f"{parts[0]}/"
+            outside[name] = outside.get(name, 0) + 1
         if len(parts) < 2 or any(part.startswith(".") for part in parts):
             continue
         top.add(parts[0])
@@ -323,6 +343,7 @@ def listing_layout(keys: Iterable[str]) -> Layout:
         nested=sorted(nested),
         grouped=sorted(grouped - nested),
         top_files=top_files,
+        outside=dict(sorted(outside.items())),
     )
 
 
@@ -373,11 +394,28 @@ class Layout:
     top_files: list[str] = field(default_factory=list)
     """The files at the top, beside the folders (named in the error when a split is missing:
     an archive of the data set, uploaded as it is)."""
+    outside: dict[str, int] = field(default_factory=dict)
+    """What lies beside train/ and val/ (``name/`` with its number of files, or a file's name
+    with 1; hidden ones left out): the training does not read it, the staging downloads it
+    (Kaggle's and ImageNet's unlabeled test/, a README, ``__MACOSX/`` from a Mac's zip)."""
 
     def notes(self) -> list[str]:
         """What the data step says besides the counts: the files it will skip, and the training
         classes that val/ has no images of, named."""
-        return self._unused_note() + self._unscored_note()
+        return self._unused_note() + self._outside_note() + self._unscored_note()
+
+    def _outside_note(self) -> list[str]:
+        if not self.outside:
+            return []
+        shown = [
+            f"{name} ({count} file{'s' if count > 1 else ''})" if name.endswith("/") else name
+            for name, count in self.outside.items()
+        ]
+        return [
+            f"{sum(self.outside.values())} file(s) beside train/ and val/ are not trained on, "
+            f"but every staging of the data set downloads them: {_first(shown, UNUSED_SHOWN)}; "
+            "keep only train/ and val/ under the data set's prefix to save that"
+        ]
 
     def _unused_note(self) -> list[str]:
         if not self.unused:

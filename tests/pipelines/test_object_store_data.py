@@ -265,3 +265,30 @@ def test_data_that_changed_since_the_listing_is_not_staged(s3, tmp_path: Path):
     assert "changed since the pipeline listed it" in result.stderr and not marker.exists()
     # The digest of what is there now stages fine.
     assert stage(uri, root, expect_digest=inspect_dataset(uri).digest).snapshot.is_dir()
+
+
+def test_what_lies_beside_the_splits_is_named_with_what_it_costs(tmp_path: Path):
+    """Kaggle's and ImageNet's unlabeled test/ (100,000 images for ImageNet), a README, a Mac
+    zip's __MACOSX/: the data step said nothing of them, and every node's staging downloaded
+    them for a training that never reads them."""
+    folder = write_image_folder(tmp_path / "dogs", per_class=1, val_per_class=1)
+    (folder / "test").mkdir()
+    for index in range(3):
+        (folder / "test" / f"{index}.png").write_bytes(b"unlabeled")
+    (folder / "__MACOSX" / "train").mkdir(parents=True)
+    (folder / "__MACOSX" / "train" / "._0.png").write_bytes(b"AppleDouble")
+    (folder / "README.md").write_text("the data set")
+    (folder / ".DS_Store").write_bytes(b"hidden: not named")
+    keys = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+    expected = (
+        "5 file(s) beside train/ and val/ are not trained on, but every staging of the data set "
+        "downloads them: README.md, __MACOSX/ (1 file), test/ (3 files); keep only train/ and "
+        "val/ under the data set's prefix to save that"
+    )
+    for layout in (folder_layout(folder), listing_layout(keys)):  # a folder, an S3 listing
+        assert layout.check("s3://b/dogs") == 3
+        assert expected in layout.notes()
+    (folder / "test").rename(tmp_path / "test")
+    (folder / "__MACOSX").rename(tmp_path / "__MACOSX")
+    (folder / "README.md").unlink()
+    assert not any("beside train/" in note for note in folder_layout(folder).notes())
