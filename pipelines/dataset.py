@@ -27,7 +27,7 @@ with ``rm -r <workspace>/data/<source key>/<digest>`` when no run uses them.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -270,23 +270,31 @@ def folder_layout(folder: Path) -> Layout:
         )
         if folder.is_dir()
         else [],
-        outside=_outside_splits(folder),
+        outside=files_beside_splits(_paths_beside_splits(folder)),
     )
 
 
-def _outside_splits(folder: Path) -> dict[str, int]:
-    """``Layout.outside`` of a local folder."""
-    outside: dict[str, int] = {}
-    for path in sorted(folder.iterdir()) if folder.is_dir() else ():
-        if path.name.startswith(".") or path.name in SPLITS:
+def _paths_beside_splits(folder: Path) -> Iterator[str]:
+    """The files of ``folder`` outside train/ and val/, relative to it (as S3 keys are)."""
+    for path in folder.iterdir() if folder.is_dir() else ():
+        if path.name in SPLITS:
             continue
-        if path.is_dir():
-            count = sum(len(files) for _, _, files in os.walk(path))
-            if count:
-                outside[f"{path.name}/"] = count
-        elif path.is_file():
-            outside[path.name] = 1
-    return outside
+        if path.is_file():
+            yield path.name
+        for top, _, files in os.walk(path):  # nothing for a file
+            yield from (Path(top, name).relative_to(folder).as_posix() for name in files)
+
+
+def files_beside_splits(keys: Iterable[str]) -> dict[str, int]:
+    """``Layout.outside`` from the paths of a data set's files (hidden tops left out)."""
+    outside: dict[str, int] = {}
+    for key in keys:
+        top, below, _ = key.partition("/")
+        if top in SPLITS or top.startswith("."):
+            continue
+        name = f"{top}/" if below else top
+        outside[name] = outside.get(name, 0) + 1
+    return dict(sorted(outside.items()))
 
 
 def unused_files(keys: Iterable[str]) -> list[str]:
@@ -312,12 +320,8 @@ def listing_layout(keys: Iterable[str]) -> Layout:
     nested: set[str] = set()
     grouped: set[str] = set()
     top_files = sorted(key for key in keys if "/" not in key and not key.startswith("."))
-    outside: dict[str, int] = {}
     for key in keys:
         parts = key.split("/")
-        if parts[0] not in SPLITS and not parts[0].startswith("."):
-            name = parts[0] if len(parts) == 1 else f"{parts[0]}/"
-            outside[name] = outside.get(name, 0) + 1
         if len(parts) < 2 or any(part.startswith(".") for part in parts):
             continue
         top.add(parts[0])
@@ -343,7 +347,7 @@ def listing_layout(keys: Iterable[str]) -> Layout:
         nested=sorted(nested),
         grouped=sorted(grouped - nested),
         top_files=top_files,
-        outside=dict(sorted(outside.items())),
+        outside=files_beside_splits(keys),
     )
 
 
